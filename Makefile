@@ -1,0 +1,28 @@
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) -m tilenest demo
+
+test: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check src tests examples
+	$(PY) -m pytest tests
+
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check src tests examples
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info
