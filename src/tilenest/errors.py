@@ -7,8 +7,12 @@ import linecache
 import os
 import sys
 from types import FrameType
+from typing import TYPE_CHECKING
 
-from tilenest.ir.core import SourceLoc
+if TYPE_CHECKING:
+    # Imported lazily at run time: tilenest.ir imports this module, so a module-level
+    # import would make `import tilenest.errors` first a circular import.
+    from tilenest.ir.core import SourceLoc
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -32,6 +36,8 @@ def user_loc(start: FrameType | None = None) -> SourceLoc | None:
     frame = user_frame(start if start is not None else sys._getframe(1))
     if frame is None:
         return None
+    from tilenest.ir.core import SourceLoc
+
     filename, lineno = frame.f_code.co_filename, frame.f_lineno
     return SourceLoc(filename, lineno, linecache.getline(filename, lineno).rstrip("\n"))
 

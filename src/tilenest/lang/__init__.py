@@ -1,0 +1,1 @@
+"""The front end: dims, regions, Tile values, views, one-pass capture, diagnostics."""

@@ -1,0 +1,69 @@
+"""The capture context: which function is being captured and where ops go."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from tilenest.errors import CaptureError, user_loc
+from tilenest.ir.core import Builder, Function, Op, Region, SourceLoc, Value
+from tilenest.ir.types import Dim, ValueType
+
+
+@dataclass
+class CaptureState:
+    function: Function
+    builder: Builder
+    open_handles: list[Any] = field(default_factory=list)
+    dims_seen: dict[int, Dim] = field(default_factory=dict)
+
+    def note_dim(self, dim: Dim) -> None:
+        if id(dim) not in self.dims_seen:
+            self.dims_seen[id(dim)] = dim
+            self.function.dims.append(dim)
+
+
+_local = threading.local()
+
+
+def current(what: str = "this operation") -> CaptureState:
+    """The active capture; outside a kernel, a clear error."""
+    state = getattr(_local, "state", None)
+    if state is None:
+        raise CaptureError(f"{what} is only available inside a @tn.kernel function being captured")
+    return state
+
+
+def active() -> CaptureState | None:
+    return getattr(_local, "state", None)
+
+
+@contextmanager
+def capturing(function: Function) -> Iterator[CaptureState]:
+    previous = getattr(_local, "state", None)
+    state = CaptureState(function, Builder(function.body))
+    _local.state = state
+    try:
+        yield state
+    finally:
+        _local.state = previous
+
+
+def emit(
+    name: str,
+    operands: tuple[Value, ...] = (),
+    result_types: tuple[ValueType, ...] = (),
+    attrs: dict[str, Any] | None = None,
+    regions: tuple[Region, ...] = (),
+    loc: SourceLoc | None = None,
+) -> Op:
+    """Append an op at the current capture point, tagged with the user's source line."""
+    state = current()
+    for t in result_types:
+        for d in getattr(t, "dims", ()):
+            state.note_dim(d)
+    return state.builder.create(name, operands, result_types, attrs, regions,
+                                loc if loc is not None else user_loc())

@@ -1,0 +1,65 @@
+"""Dimensions with identity and axes (a dimension with an extent)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilenest.errors import ShapeError
+from tilenest.ir.types import Dim
+
+__all__ = ["Axis", "Dim", "axis", "cdiv", "dim", "dims"]
+
+
+@dataclass(frozen=True, eq=False)
+class Axis:
+    """A dimension together with an extent: a domain axis or a tile-shape entry.
+
+    Equality is identity of the underlying `Dim`: `tn.axis("m", 64)` twice gives two
+    different dimensions that happen to share a label.
+    """
+
+    dim: Dim
+    extent: int
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Axis) and other.dim is self.dim and other.extent == self.extent
+
+    def __hash__(self) -> int:
+        return hash((id(self.dim), self.extent))
+
+    @property
+    def label(self) -> str | None:
+        return self.dim.label
+
+    def __repr__(self) -> str:
+        return f"axis({self.dim.describe()}, {self.extent})"
+
+    def __len__(self) -> int:
+        return self.extent
+
+
+def axis(label: str | Dim | None, extent: int) -> Axis:
+    """A new dimension (or an existing `Dim`) with an extent: `tn.axis("m", 64)`."""
+    if isinstance(extent, bool) or not isinstance(extent, int):
+        raise ShapeError(f"an axis extent must be a Python int known at capture, got {extent!r}")
+    if extent < 0:
+        raise ShapeError(f"an axis extent must be >= 0, got {extent}")
+    d = label if isinstance(label, Dim) else Dim(label)
+    return Axis(d, extent)
+
+
+def dims(*labels: str) -> tuple[Dim, ...]:
+    """Fresh dimensions, one per label: `m, n, k = tn.dims("m", "n", "k")`."""
+    return tuple(Dim(label) for label in labels)
+
+
+def dim(label: str | None = None) -> Dim:
+    """One fresh dimension; the label only appears in messages."""
+    return Dim(label)
+
+
+def cdiv(a, b):
+    """Ceiling division of sizes or index values."""
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    return (a + b - 1) // b

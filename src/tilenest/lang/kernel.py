@@ -1,0 +1,258 @@
+"""`@tn.kernel`: specialization, capture into TileIR, compile for a target, call."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from tilenest.errors import ArgumentError, CaptureError, TileError
+from tilenest.ir.core import Function, Param, Region, Value
+from tilenest.lang.context import capturing
+from tilenest.lang.rewrite import rewrite_function
+from tilenest.lang.views import TensorView
+from tilenest.runtime.args import RESERVED_NAMES, TensorArg, constant_key, describe_tensor
+
+
+def _trimmed(err: TileError) -> TileError:
+    """The error without tilenest's own frames (its message already names the user line)."""
+    return err.with_traceback(None)
+
+
+class CompiledKernel:
+    """A kernel specialized for one argument signature and prepared for one target."""
+
+    def __init__(self, kernel: Kernel, key: tuple, executable: Any) -> None:
+        self.kernel = kernel
+        self.key = key
+        self.executable = executable
+
+    @property
+    def ir(self) -> Function:
+        return self.executable.function
+
+    @property
+    def target(self) -> str:
+        return self.executable.target
+
+    @property
+    def plan(self) -> Any:
+        return self.executable.plan
+
+    @property
+    def source(self) -> str:
+        return self.executable.source
+
+    def explain(self) -> str:
+        return self.executable.explanation
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        tensors, consts, key = self.kernel._bind(args, kwargs)
+        if key != self.key:
+            raise ArgumentError("these arguments do not match the specialization this kernel "
+                                "was compiled for (shapes, dtypes, strides and constants are "
+                                "part of it); call compile() again")
+        self.executable.run(tensors)
+
+
+class Kernel:
+    """A Python function captured into TileIR once per specialization key."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.name = fn.__name__
+        sig = inspect.signature(fn)
+        self.tensor_params: list[str] = []
+        self.const_params: dict[str, Any] = {}
+        for p in sig.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise ArgumentError(f"kernel `{self.name}`: *args/**kwargs are not supported")
+            if p.kind == p.KEYWORD_ONLY:
+                if p.name in RESERVED_NAMES:
+                    raise ArgumentError(f"kernel `{self.name}`: the constant name `{p.name}` is "
+                                        f"reserved for tilenest options ({sorted(RESERVED_NAMES)})")
+                self.const_params[p.name] = p.default
+            else:
+                if p.default is not p.empty:
+                    raise ArgumentError(f"kernel `{self.name}`: tensor parameter `{p.name}` "
+                                        f"cannot have a default; constants go after `*`")
+                self.tensor_params.append(p.name)
+        self._rewritten: Callable[..., Any] | None = None
+        self._functions: dict[tuple, Function] = {}
+        self._compiled: dict[tuple, CompiledKernel] = {}
+
+    def __repr__(self) -> str:
+        return f"<tilenest kernel {self.name}>"
+
+    # -- binding and specialization
+    def _bind(self, args: tuple, kwargs: dict[str, Any]) -> tuple[dict, dict, tuple]:
+        tensors: dict[str, Any] = {}
+        if len(args) > len(self.tensor_params):
+            raise ArgumentError(f"kernel `{self.name}` takes {len(self.tensor_params)} tensor "
+                                f"arguments, got {len(args)} positional arguments; constants "
+                                f"are keyword-only")
+        for name, a in zip(self.tensor_params, args, strict=False):
+            tensors[name] = a
+        consts: dict[str, Any] = {}
+        for name, value in kwargs.items():
+            if name in self.tensor_params:
+                if name in tensors:
+                    raise ArgumentError(f"kernel `{self.name}`: `{name}` given twice")
+                tensors[name] = value
+            elif name in self.const_params:
+                consts[name] = value
+            else:
+                raise ArgumentError(f"kernel `{self.name}` has no parameter `{name}`")
+        missing = [n for n in self.tensor_params if n not in tensors]
+        if missing:
+            raise ArgumentError(f"kernel `{self.name}`: missing tensor arguments {missing}")
+        for name, default in self.const_params.items():
+            if name not in consts:
+                if default is inspect.Parameter.empty:
+                    raise ArgumentError(f"kernel `{self.name}`: missing constant `{name}`")
+                consts[name] = default
+        described = {n: describe_tensor(tensors[n], n) for n in self.tensor_params}
+        key = (tuple(described[n].key() for n in self.tensor_params),
+               tuple(constant_key(n, consts[n]) for n in sorted(consts)))
+        self._last_described = described
+        return tensors, consts, key
+
+    def capture(self, described: dict[str, TensorArg], consts: dict[str, Any]) -> Function:
+        """Run the Python body once on symbolic views; the result is a verified Function."""
+        if self._rewritten is None:
+            self._rewritten = rewrite_function(self.fn)
+        params = [Param(n, Value(described[n].type, None, i, n))
+                  for i, n in enumerate(self.tensor_params)]
+        fn = Function(self.name, params, dict(consts), Region())
+        views = [TensorView(p.name, p.value) for p in params]
+        with capturing(fn):
+            out = self._rewritten(*views, **consts)
+        if out is not None:
+            raise CaptureError(f"kernel `{self.name}` returned a value; kernels write their "
+                               f"results with .store(...) and return nothing",
+                               loc=None)
+        from tilenest.ir.verify import verify
+
+        verify(fn)
+        _dump("ir", fn)
+        return fn
+
+    def specialize(self, args: tuple, kwargs: dict[str, Any]) -> tuple[dict, tuple, Function]:
+        tensors, consts, key = self._bind(args, kwargs)
+        fn = self._functions.get(key)
+        if fn is None:
+            fn = self.capture(self._last_described, consts)
+            self._functions[key] = fn
+        return tensors, key, fn
+
+    def ir(self, *args: Any, **kwargs: Any) -> Function:
+        """The TileIR of this kernel for these arguments (captured once per key)."""
+        try:
+            return self.specialize(args, kwargs)[2]
+        except TileError as e:
+            raise _trimmed(e) from None
+
+    # -- running
+    def default_target(self, tensors: dict[str, Any]) -> str:
+        devices = {describe_tensor(t, n).device for n, t in tensors.items()}
+        if "cuda" in devices:
+            if devices != {"cuda"}:
+                raise ArgumentError(f"kernel `{self.name}`: arguments on different devices "
+                                    f"{sorted(devices)}")
+            return "cuda"
+        return os.environ.get("TILENEST_TARGET", "reference")
+
+    def _prepare(self, tensors: dict, key: tuple, fn: Function, target: str | None,
+                 options: dict[str, Any]) -> CompiledKernel:
+        tgt = target or self.default_target(tensors)
+        ckey = (key, tgt, tuple(sorted(options.items())))
+        compiled = self._compiled.get(ckey)
+        if compiled is None:
+            from tilenest.backends.registry import preparer
+
+            compiled = CompiledKernel(self, key, preparer(tgt)(fn, options))
+            self._compiled[ckey] = compiled
+        return compiled
+
+    @staticmethod
+    def _options(kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {k: kwargs.pop(k) for k in ("precision", "order", "seed", "check_races")
+                if k in kwargs}
+
+    def compile(self, *args: Any, target: str | None = None, **kwargs: Any) -> CompiledKernel:
+        """Capture (if needed) and prepare for `target`; the result is callable."""
+        options = self._options(kwargs)
+        try:
+            tensors, key, fn = self.specialize(args, kwargs)
+            return self._prepare(tensors, key, fn, target, options)
+        except TileError as e:
+            raise _trimmed(e) from None
+
+    def __call__(self, *args: Any, target: str | None = None, **kwargs: Any) -> None:
+        options = self._options(kwargs)
+        try:
+            tensors, key, fn = self.specialize(args, kwargs)
+            self._prepare(tensors, key, fn, target, options).executable.run(tensors)
+        except TileError as e:
+            raise _trimmed(e) from None
+
+
+def kernel(fn: Callable[..., Any]) -> Kernel:
+    """Declare a tile kernel: tensor parameters first, compile-time constants after `*`."""
+    if isinstance(fn, Kernel):
+        return fn
+    return Kernel(fn)
+
+
+def func(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a helper called from kernels so its region loops capture carried values too."""
+    rewritten: list[Callable[..., Any]] = []
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not rewritten:
+            rewritten.append(rewrite_function(fn))
+        return rewritten[0](*args, **kwargs)
+
+    return wrapper
+
+
+def interpret(kern: Kernel, *args: Any, precision: str = "native", order: str = "forward",
+              seed: int = 0, check_races: bool = False, **consts: Any) -> None:
+    """Run `kern` on the reference interpreter, the definition of tilenest's semantics."""
+    if not isinstance(kern, Kernel):
+        raise ArgumentError(f"tn.interpret expects a @tn.kernel function, got {kern!r}")
+    if precision not in ("native", "float64"):
+        raise ArgumentError(f"precision must be 'native' or 'float64', got {precision!r}")
+    if order not in ("forward", "reverse", "shuffle"):
+        raise ArgumentError(f"order must be 'forward', 'reverse' or 'shuffle', got {order!r}")
+    try:
+        tensors, _key, fn = kern.specialize(args, consts)
+        from tilenest.backends.reference import run_function
+
+        run_function(fn, tensors, precision=precision, order=order, seed=seed,
+                     check_races=check_races)
+    except TileError as e:
+        raise _trimmed(e) from None
+
+
+def _dump(stage: str, fn: Function) -> None:
+    from tilenest.config import config
+
+    cfg = config()
+    if stage not in cfg.dump:
+        return
+    from tilenest.ir.printer import print_function
+
+    text = print_function(fn)
+    if cfg.dump_dir:
+        os.makedirs(cfg.dump_dir, exist_ok=True)
+        with open(os.path.join(cfg.dump_dir, f"{fn.name}.{stage}.tir"), "w") as f:
+            f.write(text)
+    else:
+        print(text, file=sys.stderr)
+

@@ -1,0 +1,192 @@
+"""Source rewriting that makes plain assignment capture loop-carried values.
+
+Every `for` statement of a kernel (or `@tn.func` helper) is wrapped so that, when its
+iterable is a tilenest region, the iterator learns which names the body assigns: names
+bound to Tiles before the loop become carried values (region arguments inside, region
+results after), exactly as `acc = tn.mma(a, b, acc)` reads. Loops over ordinary Python
+iterables run unchanged (they unroll at capture, as ordinary Python).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import sys
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+from tilenest.errors import CaptureError
+from tilenest.ir.core import SourceLoc
+
+_PREFIX = "__tn_"
+
+
+def _assigned_names(stmts: list[ast.stmt]) -> list[str]:
+    """Names bound by these statements, not looking into nested scopes."""
+    names: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
+                             ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.append(node.name)
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.append(node.id)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    for s in stmts:
+        visit(s)
+    seen: dict[str, None] = {}
+    for n in names:
+        if not n.startswith(_PREFIX):
+            seen.setdefault(n, None)
+    return list(seen)
+
+
+def _jumps(stmts: list[ast.stmt]) -> list[tuple[int, str]]:
+    """break/continue that leave this loop, and any return, with their line numbers."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, in_inner_loop: bool) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            return
+        if isinstance(node, (ast.Break, ast.Continue)) and not in_inner_loop:
+            found.append((node.lineno, "break" if isinstance(node, ast.Break) else "continue"))
+        if isinstance(node, ast.Return):
+            found.append((node.lineno, "return"))
+        inner = in_inner_loop or isinstance(node, (ast.For, ast.While, ast.AsyncFor))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    for s in stmts:
+        visit(s, False)
+    return found
+
+
+class _LoopRewriter(ast.NodeTransformer):
+    def __init__(self) -> None:
+        self.counter = 0
+
+    def visit_For(self, node: ast.For) -> list[ast.stmt]:
+        self.generic_visit(node)
+        self.counter += 1
+        loop = f"{_PREFIX}loop{self.counter}"
+        bind_target = ast.Assign(targets=[node.target], value=ast.Constant(0))
+        target_names = set(_assigned_names([bind_target]))
+        names = [n for n in _assigned_names(node.body) if n not in target_names]
+        jumps = _jumps(node.body)
+        if node.orelse:
+            jumps.append((node.orelse[0].lineno, "for-else"))
+        names_t = ast.Tuple([ast.Constant(n) for n in names], ast.Load())
+
+        def thunks() -> ast.Tuple:
+            return ast.Tuple([ast.Lambda(ast.arguments([], [], None, [], [], None, []),
+                                         ast.Name(n, ast.Load())) for n in names], ast.Load())
+
+        def call(method: str, *args: ast.expr) -> ast.Call:
+            return ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), method, ast.Load()),
+                            list(args), [])
+
+        def rebind(test: str, getter: str, name: str) -> ast.If:
+            return ast.If(call(test, ast.Constant(name)),
+                          [ast.Assign([ast.Name(name, ast.Store())],
+                                      call(getter, ast.Constant(name)))], [])
+
+        make = ast.Assign(
+            [ast.Name(loop, ast.Store())],
+            ast.Call(ast.Attribute(ast.Name(f"{_PREFIX}rt", ast.Load()), "loop", ast.Load()),
+                     [node.iter, ast.Constant(tuple(jumps))], []))
+        body = [ast.Expr(call("enter", names_t, thunks()))]
+        body += [rebind("rebinds", "arg", n) for n in names]
+        body += node.body
+        body.append(ast.Expr(call("leave", names_t, thunks())))
+        new_for = ast.For(node.target, ast.Name(loop, ast.Load()), body, node.orelse)
+        after = [rebind("rebinds_after", "after", n) for n in names]
+        out: list[ast.stmt] = [make, new_for, *after]
+        for s in out:
+            ast.copy_location(s, node)
+        return out
+
+
+class PlainLoop:
+    """A Python loop in a kernel: iterates its iterable unchanged."""
+
+    def __init__(self, iterable: Any) -> None:
+        self.iterable = iterable
+
+    def __iter__(self):
+        return iter(self.iterable)
+
+    def enter(self, names: tuple[str, ...], thunks: tuple[Any, ...]) -> None:
+        pass
+
+    def leave(self, names: tuple[str, ...], thunks: tuple[Any, ...]) -> None:
+        pass
+
+    def rebinds(self, name: str) -> bool:
+        return False
+
+    def rebinds_after(self, name: str) -> bool:
+        return False
+
+
+class _Runtime:
+    """What rewritten code calls (`__tn_rt.loop(iterable, jumps)`)."""
+
+    def __init__(self, filename: str) -> None:
+        self.filename = filename
+
+    def loop(self, iterable: Any, jumps: tuple[tuple[int, str], ...]) -> Any:
+        from tilenest.lang.nest import RegionIter
+
+        if not isinstance(iterable, RegionIter):
+            return PlainLoop(iterable)
+        if jumps:
+            lineno, kind = jumps[0]
+            import linecache
+
+            line = linecache.getline(self.filename, lineno).rstrip("\n")
+            what = {"for-else": "an `else:` clause on"}.get(kind, f"`{kind}` inside")
+            raise CaptureError(
+                f"{what} a tn.{iterable.kind} loop is not allowed: the loop body is captured "
+                f"once as a region, not executed per iteration (use tn.where for "
+                f"data-dependent choices)", loc=SourceLoc(self.filename, lineno, line))
+        return iterable
+
+
+def rewrite_function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function with its loops rewritten; the original if its source is unavailable."""
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return fn
+    tree = ast.parse(textwrap.dedent(source))
+    fdef = tree.body[0]
+    if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return fn
+    fdef.decorator_list = []
+    code = fn.__code__
+    ast.increment_lineno(tree, code.co_firstlineno - 1)
+    fdef = _LoopRewriter().visit(fdef)
+    freevars = list(code.co_freevars)
+    extra = {"type_params": []} if sys.version_info >= (3, 12) else {}
+    factory = ast.FunctionDef(
+        name=f"{_PREFIX}factory",
+        args=ast.arguments([], [ast.arg(f"{_PREFIX}rt")] + [ast.arg(v) for v in freevars],
+                           None, [], [], None, []),
+        body=[fdef, ast.Return(ast.Name(fdef.name, ast.Load()))],
+        decorator_list=[], returns=None, **extra)
+    ast.copy_location(factory, fdef)
+    module = ast.Module([factory], [])
+    ast.fix_missing_locations(module)
+    compiled = compile(module, code.co_filename, "exec")
+    namespace: dict[str, Any] = {}
+    exec(compiled, fn.__globals__, namespace)
+    cells = [c.cell_contents for c in (fn.__closure__ or ())]
+    new_fn = namespace[f"{_PREFIX}factory"](_Runtime(code.co_filename), *cells)
+    new_fn.__defaults__ = fn.__defaults__
+    new_fn.__kwdefaults__ = fn.__kwdefaults__
+    return new_fn

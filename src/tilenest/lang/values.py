@@ -1,0 +1,318 @@
+"""Tile and Index values of the front end, and the elementwise emission core.
+
+A `Tile` is an immutable SSA value with a dtype and dims; operators emit TileIR at the
+current capture point. An `Index` is an exact integer execution coordinate (or an
+expression of them); mixed with Tiles it behaves like a weakly typed integer scalar.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tilenest.errors import CaptureError, DTypeError
+from tilenest.ir import dtypes as dt
+from tilenest.ir.core import Value
+from tilenest.ir.dtypes import DType
+from tilenest.ir.ops import UNARY_KINDS
+from tilenest.ir.types import INDEX, Dim, IndexType, TileType
+from tilenest.lang.context import emit
+from tilenest.lang.layout import Layout, broadcast_layouts
+
+Scalar = bool | int | float
+
+
+def _no_python_control(kind: str) -> CaptureError:
+    return CaptureError(
+        f"a {kind} has no Python truth value at capture time: its value is only known when "
+        f"the kernel runs. Use tn.where(cond, a, b) for a data-dependent choice; Python "
+        f"`if`/`and`/`or`/`not` work only on compile-time constants"
+    )
+
+
+class Index:
+    """An exact integer index expression (execution coordinates, origins, offsets)."""
+
+    __slots__ = ("value",)
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, value: Value) -> None:
+        assert isinstance(value.type, IndexType)
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "Index(<captured>)"
+
+    def __bool__(self) -> bool:
+        raise _no_python_control("index value")
+
+    def __index__(self) -> int:
+        raise CaptureError(
+            "an index value is not a Python int at capture time (it varies per instance); "
+            "it cannot size a Python range, a shape or a list index"
+        )
+
+    def __iter__(self):
+        raise CaptureError("an index value is not iterable")
+
+    def _arith(self, name: str, other: Any, reverse: bool = False) -> Index | Tile:
+        if isinstance(other, Tile) or isinstance(other, float):
+            a, b = (other, self) if reverse else (self, other)
+            return binary(name if name != "min" else "minimum", a, b)
+        o = as_index(other)
+        a, b = (o, self) if reverse else (self, o)
+        return Index(emit(f"index.{name}", (a.value, b.value), (INDEX,)).result)
+
+    def __add__(self, o): return self._arith("add", o)
+    def __radd__(self, o): return self._arith("add", o, True)
+    def __sub__(self, o): return self._arith("sub", o)
+    def __rsub__(self, o): return self._arith("sub", o, True)
+    def __mul__(self, o): return self._arith("mul", o)
+    def __rmul__(self, o): return self._arith("mul", o, True)
+    def __floordiv__(self, o): return self._arith("floordiv", o)
+    def __rfloordiv__(self, o): return self._arith("floordiv", o, True)
+    def __mod__(self, o): return self._arith("mod", o)
+    def __rmod__(self, o): return self._arith("mod", o, True)
+    def __neg__(self): return as_index(0) - self
+    def __pos__(self): return self
+
+    def __truediv__(self, o): return binary("div", self, o)
+    def __rtruediv__(self, o): return binary("div", o, self)
+
+    def _cmp(self, pred: str, other: Any) -> Tile:
+        if isinstance(other, Tile) or isinstance(other, float):
+            return compare(pred, self, other)
+        o = as_index(other)
+        rt = TileType(dt.bool_, (), ())
+        return Tile(emit("index.cmp", (self.value, o.value), (rt,), {"pred": pred}).result)
+
+    def __lt__(self, o): return self._cmp("lt", o)
+    def __le__(self, o): return self._cmp("le", o)
+    def __gt__(self, o): return self._cmp("gt", o)
+    def __ge__(self, o): return self._cmp("ge", o)
+    def __eq__(self, o): return self._cmp("eq", o)  # type: ignore[override]
+    def __ne__(self, o): return self._cmp("ne", o)  # type: ignore[override]
+
+
+def as_index(x: Any) -> Index:
+    """An Index from an Index or a Python int (emitting a constant)."""
+    if isinstance(x, Index):
+        return x
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise CaptureError(f"expected an index value or a Python int, got {_describe(x)}")
+    return Index(emit("index.const", (), (INDEX,), {"value": int(x)}).result)
+
+
+class Tile:
+    """An immutable tile value: element type plus dims with identity."""
+
+    __slots__ = ("value",)
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, value: Value) -> None:
+        assert isinstance(value.type, TileType)
+        self.value = value
+
+    @property
+    def type(self) -> TileType:
+        return self.value.type  # type: ignore[return-value]
+
+    @property
+    def dtype(self) -> DType:
+        return self.type.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def dims(self) -> tuple[Dim, ...]:
+        return self.type.dims
+
+    @property
+    def ndim(self) -> int:
+        return self.type.rank
+
+    def dim(self, position: int) -> Dim:
+        """The dimension at a position (to name it in reductions, stores or `mma`)."""
+        return self.type.dims[position]
+
+    def __repr__(self) -> str:
+        from tilenest.lang.layout import describe
+
+        return f"Tile<{self.dtype} {describe(self.type)}>"
+
+    def __bool__(self) -> bool:
+        raise _no_python_control("Tile")
+
+    def __iter__(self):
+        raise CaptureError("a Tile is not iterable at capture time; use tn.reduce or tn.sum")
+
+    def __len__(self) -> int:
+        raise CaptureError("len() of a Tile is ambiguous; use .shape")
+
+    def __getitem__(self, key: Any) -> Tile:
+        from tilenest.lang.creation import extract
+
+        return extract(self, key)
+
+    def astype(self, dtype: DType) -> Tile:
+        return cast(self, dtype)
+
+    def __add__(self, o): return binary("add", self, o)
+    def __radd__(self, o): return binary("add", o, self)
+    def __sub__(self, o): return binary("sub", self, o)
+    def __rsub__(self, o): return binary("sub", o, self)
+    def __mul__(self, o): return binary("mul", self, o)
+    def __rmul__(self, o): return binary("mul", o, self)
+    def __truediv__(self, o): return binary("div", self, o)
+    def __rtruediv__(self, o): return binary("div", o, self)
+    def __floordiv__(self, o): return binary("floordiv", self, o)
+    def __rfloordiv__(self, o): return binary("floordiv", o, self)
+    def __mod__(self, o): return binary("mod", self, o)
+    def __rmod__(self, o): return binary("mod", o, self)
+    def __and__(self, o): return binary("and", self, o)
+    def __rand__(self, o): return binary("and", o, self)
+    def __or__(self, o): return binary("or", self, o)
+    def __ror__(self, o): return binary("or", o, self)
+    def __xor__(self, o): return binary("xor", self, o)
+    def __rxor__(self, o): return binary("xor", o, self)
+    def __neg__(self): return unary("neg", self)
+    def __pos__(self): return self
+    def __abs__(self): return unary("abs", self)
+    def __invert__(self): return unary("not", self)
+    def __lt__(self, o): return compare("lt", self, o)
+    def __le__(self, o): return compare("le", self, o)
+    def __gt__(self, o): return compare("gt", self, o)
+    def __ge__(self, o): return compare("ge", self, o)
+    def __eq__(self, o): return compare("eq", self, o)  # type: ignore[override]
+    def __ne__(self, o): return compare("ne", self, o)  # type: ignore[override]
+
+
+# ---------------------------------------------------------------------------- coercion
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, (Tile, Index)):
+        return repr(x)
+    return f"{type(x).__name__} {x!r}"
+
+
+def is_scalar(x: Any) -> bool:
+    return isinstance(x, (bool, int, float)) and not isinstance(x, (Tile, Index))
+
+
+def constant(value: Scalar, dtype: DType, layout: Layout | None = None) -> Tile:
+    """A tile of one value (rank 0 unless a layout is given)."""
+    dims, shape = (layout.dims, layout.shape) if layout is not None else ((), ())
+    if isinstance(value, float) and not dtype.is_float and value != int(value):
+        raise DTypeError(f"the constant {value!r} does not fit the integer type {dtype}")
+    v: Scalar = value
+    if dtype.is_bool:
+        v = bool(value)
+    elif dtype.is_int:
+        v = int(value)
+    elif dtype.is_float:
+        v = float(value)
+    return Tile(emit("full", (), (TileType(dtype, dims, shape),), {"value": v}).result)
+
+
+def index_to_tile(x: Index, dtype: DType) -> Tile:
+    if dtype.is_bool:
+        dtype = dt.i32
+    return Tile(emit("index.to_tile", (x.value,), (TileType(dtype, (), ()),)).result)
+
+
+def cast(x: Tile, dtype: DType) -> Tile:
+    if not isinstance(dtype, DType):
+        raise DTypeError(f"astype expects a tilenest dtype such as tn.f32, got {dtype!r}")
+    if x.dtype == dtype:
+        return x
+    return Tile(emit("cast", (x.value,), (x.type.with_dtype(dtype),)).result)
+
+
+def broadcast_to(x: Tile, layout: Layout, src_axes: tuple[int | None, ...]) -> Tile:
+    t = x.type
+    if src_axes == tuple(range(t.rank)) and t.shape == layout.shape and all(
+        a is b for a, b in zip(t.dims, layout.dims, strict=True)
+    ):
+        return x
+    rt = TileType(t.dtype, layout.dims, layout.shape)
+    return Tile(emit("broadcast", (x.value,), (rt,), {"src_axes": tuple(src_axes)}).result)
+
+
+def operand_dtype(items: list[Any], strong: DType | None) -> DType:
+    """The common element type of operands; Python scalars and indices are weak."""
+    if strong is not None:
+        return strong
+    if any(isinstance(x, float) for x in items):
+        return dt.f32
+    if any(isinstance(x, Index) for x in items) or any(
+        isinstance(x, int) and not isinstance(x, bool) for x in items
+    ):
+        return dt.i32
+    return dt.bool_
+
+
+def unify(*items: Any) -> list[Tile]:
+    """Coerce operands to one dtype and one layout (by dimension identity)."""
+    strong: DType | None = None
+    for x in items:
+        if isinstance(x, Tile):
+            try:
+                strong = x.dtype if strong is None else dt.promote(strong, x.dtype)
+            except dt.PromotionError as e:
+                raise DTypeError(str(e)) from None
+        elif not (isinstance(x, Index) or is_scalar(x)):
+            raise CaptureError(f"expected a Tile, an index or a Python scalar, got {_describe(x)}")
+    dtype = operand_dtype(list(items), strong)
+    if strong is not None:
+        # A weak operand may still widen the kind: int tile * 2.5 is a float, bool + 1 an int.
+        for x in items:
+            if not isinstance(x, Tile):
+                dtype = dt.promote(dtype, dt.weak_scalar_type(0 if isinstance(x, Index) else x,
+                                                              dtype))
+    tiles: list[Tile] = []
+    for x in items:
+        if isinstance(x, Tile):
+            tiles.append(cast(x, dtype))
+        elif isinstance(x, Index):
+            tiles.append(cast(index_to_tile(x, dtype), dtype))
+        else:
+            tiles.append(constant(x, dtype))
+    layout = Layout(tiles[0].dims, tiles[0].shape)
+    for t in tiles[1:]:
+        layout, _, _ = broadcast_layouts(layout, t.type)
+    out = []
+    for t in tiles:
+        _, _, src = broadcast_layouts(layout, t.type)
+        out.append(broadcast_to(t, layout, src))
+    return out
+
+
+def _check_kind(name: str, dtype: DType, kinds: frozenset[str]) -> None:
+    if dtype.kind not in kinds:
+        raise DTypeError(f"'{name}' is not defined for {dtype} tiles (needs {sorted(kinds)})")
+
+
+def binary(name: str, a: Any, b: Any) -> Tile:
+    from tilenest.ir.ops import BINARY_KINDS
+
+    x, y = unify(a, b)
+    if name == "div" and not x.dtype.is_float:
+        x, y = cast(x, dt.f32), cast(y, dt.f32)
+    _check_kind(name, x.dtype, BINARY_KINDS[name])
+    return Tile(emit(name, (x.value, y.value), (x.type,)).result)
+
+
+def compare(pred: str, a: Any, b: Any) -> Tile:
+    x, y = unify(a, b)
+    return Tile(emit(pred, (x.value, y.value), (x.type.with_dtype(dt.bool_),)).result)
+
+
+def unary(name: str, a: Any) -> Tile:
+    (x,) = unify(a)
+    kinds = UNARY_KINDS[name]
+    if kinds == frozenset({"float"}) and not x.dtype.is_float:
+        x = cast(x, dt.f32)
+    _check_kind(name, x.dtype, kinds)
+    return Tile(emit(name, (x.value,), (x.type,)).result)

@@ -1,0 +1,1 @@
+"""Runtime services shared by backends: argument binding, specialization keys, caches."""
