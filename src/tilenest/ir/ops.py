@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from tilenest.errors import IRError
 from tilenest.ir.core import Op
 from tilenest.ir.dtypes import bool_
-from tilenest.ir.types import INDEX, IndexType, TensorType, TileType
+from tilenest.ir.types import INDEX, Dim, IndexType, TensorType, TileType
 
 
 class VerifyError(IRError):
@@ -276,7 +276,9 @@ def _verify_broadcast(op: Op) -> None:
     if not isinstance(axes, tuple) or len(axes) != dst.rank:
         raise VerifyError(op, f"'src_axes' with {dst.rank} entries", repr(axes))
     used = [a for a in axes if a is not None]
-    if len(set(used)) != len(used) or any(not (0 <= a < src.rank) for a in used):
+    if len(set(used)) != len(used) or any(
+        not isinstance(a, int) or not (0 <= a < src.rank) for a in used
+    ):
         raise VerifyError(op, "distinct valid source axes", repr(axes))
     for r, a in enumerate(axes):
         if a is not None and src.shape[a] not in (1, dst.shape[r]):
@@ -288,6 +290,8 @@ def _verify_broadcast(op: Op) -> None:
 
 @define("extract", PURE, summary="one element as a rank-0 tile")
 def _verify_extract(op: Op) -> None:
+    if not op.operands:
+        raise VerifyError(op, "a tile as operand 0")
     t = _tile(op, 0)
     _arity(op, 1 + t.rank, 1)
     for i in range(1, len(op.operands)):
@@ -305,7 +309,8 @@ def _verify_take(op: Op) -> None:
     axis = _attr(op, "axis")
     if not isinstance(axis, int) or not 0 <= axis < t.rank:
         raise VerifyError(op, f"axis in [0, {t.rank})", repr(axis))
-    want = TileType(t.dtype, t.dims[:axis] + t.dims[axis + 1 :], t.shape[:axis] + t.shape[axis + 1 :])
+    want = TileType(t.dtype, t.dims[:axis] + t.dims[axis + 1 :],
+                    t.shape[:axis] + t.shape[axis + 1 :])
     if _result_tile(op) != want:
         raise VerifyError(op, f"result type {want}", str(op.result.type))
 
@@ -419,8 +424,8 @@ def _verify_domain(op: Op) -> tuple:
     if not isinstance(domain, tuple):
         raise VerifyError(op, "a 'domain' tuple of (dim, extent)", repr(domain))
     for entry in domain:
-        if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], int)
-                and entry[1] >= 0):
+        if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], Dim)
+                and isinstance(entry[1], int) and entry[1] >= 0):
             raise VerifyError(op, "domain entries (dim, extent >= 0)", repr(entry))
     return domain
 

@@ -1,0 +1,46 @@
+"""Shared pytest setup: the `--update-golden` switch and the `golden` fixture."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite the golden files under tests/golden/ instead of comparing against them",
+    )
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
+    """`golden("ir/gemm.tir", text)`: compare `text` exactly with tests/golden/ir/gemm.tir,
+    or rewrite that file when pytest runs with `--update-golden`."""
+    update = bool(request.config.getoption("--update-golden"))
+
+    def check(name: str, text: str) -> None:
+        path = GOLDEN_DIR / name
+        if update:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            return
+        if not path.exists():
+            pytest.fail(f"golden file {path} is missing; run pytest with --update-golden")
+        expected = path.read_text(encoding="utf-8")
+        if text != expected:
+            diff = "".join(difflib.unified_diff(
+                expected.splitlines(keepends=True), text.splitlines(keepends=True),
+                fromfile=f"golden/{name}", tofile="actual",
+            ))
+            pytest.fail(f"output differs from golden/{name} (update with --update-golden):\n"
+                        f"{diff}")
+
+    return check

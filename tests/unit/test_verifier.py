@@ -1,0 +1,578 @@
+"""Verifier tables: valid programs pass; each invalid one fails naming the op and expectation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from ir_samples import SAMPLES, VALID_SAMPLES, FnBuilder, bool_, f32, i32, scalar, tile
+
+from tilenest.ir.core import Function, Op, Param, Region, Value
+from tilenest.ir.ops import OPS, OpDef, VerifyError
+from tilenest.ir.types import INDEX, Dim, TileType
+from tilenest.ir.verify import verify
+
+
+def base() -> tuple[FnBuilder, Dim, Dim, Value, TileType]:
+    """A function with dims m, n, a tensor X (8, 16) f32 and x = X's (m, n) tile."""
+    f = FnBuilder()
+    m, n = f.dim("m"), f.dim("n")
+    x_in = f.tensor("X", f32, (8, 16))
+    t = tile(f32, (m, 8), (n, 16))
+    zero = f.index(0)
+    x = f.val("load", (x_in, zero, zero), t, shape=(8, 16), fill=0.0)
+    return f, m, n, x, t
+
+
+# ---------------------------------------------------------------------------- valid
+
+
+def nested_regions() -> Function:
+    f, m, n, x, t = base()
+    p, q = f.dim("p"), f.dim("q")
+    for policy in (None, "warp", ("layout", 1, 0)):
+        with f.nest("parallel", ((p, 2),), policy=policy) as (_, (i,)):
+            with f.nest("parallel", ((q, 0),)):
+                f.yield_()
+            with f.nest("serial", (), (x,)) as (ser, (carried,)):
+                f.yield_(f.val("add", (carried, x), t))
+            f.val("neg", (ser.result,), t)
+            f.val("index.add", (i, i), INDEX)
+            f.yield_()
+    return f.build()
+
+
+def map_without_results() -> Function:
+    f, m, n, x, t = base()
+    with f.map((x,), ()):
+        f.yield_()
+    return f.build()
+
+
+VALID: dict[str, Callable[[], Function]] = {
+    **{name: SAMPLES[name] for name in VALID_SAMPLES},
+    "nested_regions": nested_regions,
+    "map_without_results": map_without_results,
+}
+
+
+@pytest.mark.parametrize("make", VALID.values(), ids=VALID.keys())
+def test_valid_programs_verify(make: Callable[[], Function]) -> None:
+    verify(make())
+
+
+def test_valid_table_covers_every_op() -> None:
+    seen = {op.name for make in VALID.values() for op in make().walk()}
+    assert set(OPS) - seen == set()
+
+
+# ---------------------------------------------------------------------------- invalid
+
+INVALID: list = []
+
+
+def invalid(*expected: str) -> Callable[[Callable[[], Function]], Callable[[], Function]]:
+    def register(make: Callable[[], Function]) -> Callable[[], Function]:
+        invalid_case(make.__name__, make, *expected)
+        return make
+
+    return register
+
+
+def invalid_case(name: str, make: Callable[[], Function], *expected: str) -> None:
+    INVALID.append(pytest.param(make, expected, id=name))
+
+
+@invalid("'frobnicate'", "an op name in the catalog")
+def unknown_op() -> Function:
+    f, *_ = base()
+    f.op("frobnicate")
+    return f.build()
+
+
+@invalid("'add'", "expected 2 operands, got 1")
+def add_wrong_arity() -> Function:
+    f, m, n, x, t = base()
+    f.val("add", (x,), t)
+    return f.build()
+
+
+@invalid("'add'", "expected operands of one type")
+def add_layout_mismatch() -> Function:
+    f, m, n, x, t = base()
+    xt = f.val("broadcast", (x,), tile(f32, (n, 16), (m, 8)), src_axes=(1, 0))
+    f.val("add", (x, xt), t)
+    return f.build()
+
+
+@invalid("'add'", "expected operands of one type", "i32")
+def add_dtype_mismatch() -> Function:
+    f, m, n, x, t = base()
+    f.val("add", (x, f.val("cast", (x,), t.with_dtype(i32))), t)
+    return f.build()
+
+
+@invalid("'exp'", "element type of kind ['float']", "i32")
+def exp_of_int() -> Function:
+    f, m, n, x, t = base()
+    xi = f.val("cast", (x,), t.with_dtype(i32))
+    f.val("exp", (xi,), xi.type)
+    return f.build()
+
+
+@invalid("'lt'", "expected result type tile<bool")
+def compare_result_not_bool() -> Function:
+    f, m, n, x, t = base()
+    f.val("lt", (x, x), t)
+    return f.build()
+
+
+@invalid("'where'", "a bool condition")
+def where_condition_not_bool() -> Function:
+    f, m, n, x, t = base()
+    f.val("where", (x, x, x), t)
+    return f.build()
+
+
+@invalid("'cast'", "operand and result with identical dims")
+def cast_changes_layout() -> Function:
+    f, m, n, x, t = base()
+    f.val("cast", (x,), tile(i32, (m, 8)))
+    return f.build()
+
+
+def _broadcast(src_axes: object, result: Callable[[Dim, Dim], TileType]) -> Function:
+    f, m, n, x, t = base()
+    f.val("broadcast", (x,), result(m, n), src_axes=src_axes)
+    return f.build()
+
+
+def _same(m: Dim, n: Dim) -> TileType:
+    return tile(f32, (m, 8), (n, 16))
+
+
+invalid_case("broadcast_src_axes_length", lambda: _broadcast((0,), _same),
+             "'broadcast'", "'src_axes' with 2 entries")
+for _name, _axes in (("duplicate", (0, 0)), ("out_of_range", (0, 5)), ("not_int", ("a", 0))):
+    invalid_case(f"broadcast_src_axes_{_name}", lambda a=_axes: _broadcast(a, _same),
+                 "'broadcast'", "distinct valid source axes")
+invalid_case("broadcast_extent_mismatch",
+             lambda: _broadcast((0, 1), lambda m, n: tile(f32, (m, 8), (n, 4))),
+             "'broadcast'", "source axis 1 of extent 1 or 4")
+invalid_case("broadcast_drops_wide_axis",
+             lambda: _broadcast((0,), lambda m, n: tile(f32, (m, 8))),
+             "'broadcast'", "dropped source axis 1 to have extent 1")
+
+def _mma(a_dims: str, b_dims: str, acc_dims: str, extents: dict[str, int] | None = None,
+         b_extents: dict[str, int] | None = None) -> Function:
+    f = FnBuilder()
+    dims = {c: f.dim(c) for c in "mnks"}
+    ext = {"m": 8, "n": 16, "k": 4, "s": 2, **(extents or {})}
+    bext = {**ext, **(b_extents or {})}
+
+    def make(spec: str, e: dict[str, int]) -> Value:
+        return f.full(0.0, tile(f32, *((dims[c], e[c]) for c in spec)))
+
+    acc = make(acc_dims, ext)
+    f.val("mma", (make(a_dims, ext), make(b_dims, bext), acc), acc.type)
+    return f.build()
+
+
+invalid_case("mma_no_contracted_dim", lambda: _mma("m", "n", "mn"),
+             "'mma'", "exactly one contracted dim, found 0")
+invalid_case("mma_two_contracted_dims", lambda: _mma("mks", "ksn", "mn"),
+             "'mma'", "exactly one contracted dim, found 2")
+invalid_case("mma_extents_disagree", lambda: _mma("mk", "kn", "mn", None, {"k": 2}),
+             "'mma'", "dim k of one extent", "4 vs 2")
+invalid_case("mma_stray_dim", lambda: _mma("mks", "kn", "mn"),
+             "'mma'", "dim s of the left operand is neither")
+invalid_case("mma_stray_acc_dim", lambda: _mma("mk", "kn", "mns"),
+             "'mma'", "accumulator dim s is in neither operand")
+
+@invalid("'load'", "tile<f32> of shape (8, 16)", "tile<f32 [")
+def load_shape_mismatch() -> Function:
+    f, m, n, x, t = base()
+    zero = f.index(0)
+    f.val("load", (f.params[0].value, zero, zero), tile(f32, (m, 8), (n, 8)), shape=(8, 16),
+          fill=0.0)
+    return f.build()
+
+
+@invalid("'load'", "'shape' with one entry per tensor axis (2)")
+def load_shape_entries() -> Function:
+    f, m, n, x, t = base()
+    zero = f.index(0)
+    f.val("load", (f.params[0].value, zero, zero), tile(f32, (m, 8)), shape=(8,), fill=0.0)
+    return f.build()
+
+
+@invalid("'load'", "expected 3 operands, got 2")
+def load_missing_origin() -> Function:
+    f, m, n, x, t = base()
+    f.val("load", (f.params[0].value, f.index(0)), t, shape=(8, 16), fill=0.0)
+    return f.build()
+
+
+@invalid("'load'", "a function param as operand 0")
+def load_from_non_param() -> Function:
+    f, m, n, x, t = base()
+    zero = f.index(0)
+    f.val("load", (zero, zero, zero), t, shape=(8, 16), fill=0.0)
+    return f.build()
+
+
+@invalid("'store'", "a stored tile of type f32, got i32")
+def store_dtype_mismatch() -> Function:
+    f, m, n, x, t = base()
+    zero = f.index(0)
+    xi = f.val("cast", (x,), t.with_dtype(i32))
+    f.op("store", (f.params[0].value, zero, zero, xi), attrs={"shape": (8, 16)})
+    return f.build()
+
+
+@invalid("'store'", "a stored tile of shape (16, 8)")
+def store_shape_mismatch() -> Function:
+    f, m, n, x, t = base()
+    zero = f.index(0)
+    f.op("store", (f.params[0].value, zero, zero, x), attrs={"shape": (16, 8)})
+    return f.build()
+
+
+@invalid("'index.add'", "tensor param 'X' only as operand 0 of load/store")
+def param_used_as_value() -> Function:
+    f, m, n, x, t = base()
+    f.val("index.add", (f.params[0].value, f.index(1)), INDEX)
+    return f.build()
+
+
+@invalid("'function'", "param 'i' of tensor type", "index")
+def param_not_a_tensor() -> Function:
+    f, *_ = base()
+    f.params.append(Param("i", Value(INDEX, None, 1, "i")))
+    return f.build()
+
+
+@invalid("'index.const'", "an integer 'value'", "True")
+def index_const_bool() -> Function:
+    f, *_ = base()
+    f.index(True)
+    return f.build()
+
+
+@invalid("'index.cmp'", "pred in")
+def index_cmp_bad_pred() -> Function:
+    f, *_ = base()
+    one = f.index(1)
+    f.val("index.cmp", (one, one), scalar(bool_), pred="<")
+    return f.build()
+
+
+@invalid("'take'", "axis in [0, 2)")
+def take_bad_axis() -> Function:
+    f, m, n, x, t = base()
+    f.val("take", (x, f.index(0)), tile(f32, (m, 8)), axis=2)
+    return f.build()
+
+
+@invalid("'extract'", "a tile as operand 0")
+def extract_without_operands() -> Function:
+    f, *_ = base()
+    f.val("extract", (), scalar(f32))
+    return f.build()
+
+
+@invalid("'extract'", "expected 3 operands, got 2")
+def extract_missing_index() -> Function:
+    f, m, n, x, t = base()
+    f.val("extract", (x, f.index(0)), scalar(f32))
+    return f.build()
+
+
+@invalid("'arange'", "a rank-1 result")
+def arange_rank_2() -> Function:
+    f, m, n, x, t = base()
+    f.val("arange", (), t.with_dtype(i32))
+    return f.build()
+
+
+@invalid("'full'", "a scalar 'value'")
+def full_of_string() -> Function:
+    f, m, n, x, t = base()
+    f.full("1.0", t)
+    return f.build()
+
+
+# ---------------------------------------------------------------------------- regions
+
+
+@invalid("'serial'", "yield of 1 values, got 0")
+def yield_count_mismatch() -> Function:
+    f, m, n, x, t = base()
+    with f.nest("serial", ((f.dim("s"), 4),), (x,)):
+        f.yield_()
+    return f.build()
+
+
+@invalid("'serial'", "yielded value 0 of type tile<f32", "tile<i32")
+def yield_type_mismatch() -> Function:
+    f, m, n, x, t = base()
+    with f.nest("serial", ((f.dim("s"), 4),), (x,)) as (_, (_s, carried)):
+        f.yield_(f.val("cast", (carried,), t.with_dtype(i32)))
+    return f.build()
+
+
+@invalid("'serial'", "carry 0 of one tile type")
+def carry_type_mismatch() -> Function:
+    f, m, n, x, t = base()
+    body = Region((INDEX, t.with_dtype(i32)))
+    f.op("serial", (x,), (t,), {"domain": ((f.dim("s"), 4),)}, (body,))
+    f.b.push(body)
+    f.yield_(x)
+    return f.build()
+
+
+@invalid("'serial'", "2 region arguments, got 1")
+def region_missing_index_arg() -> Function:
+    f, m, n, x, t = base()
+    body = Region((t,))
+    f.op("serial", (x,), (t,), {"domain": ((f.dim("s"), 4),)}, (body,))
+    f.b.push(body)
+    f.yield_(body.args[0])
+    return f.build()
+
+
+@invalid("'serial'", "a body ending in 'yield'", "neg")
+def body_without_yield() -> Function:
+    f, m, n, x, t = base()
+    with f.nest("serial", ((f.dim("s"), 4),)):
+        f.val("neg", (x,), t)
+    return f.build()
+
+
+@invalid("'yield'", "'yield' as the last op of its region")
+def yield_not_last() -> Function:
+    f, m, n, x, t = base()
+    with f.nest("serial", ((f.dim("s"), 4),)):
+        f.yield_()
+        f.yield_()
+    return f.build()
+
+
+@invalid("'yield'", "'yield' only inside a region-op body")
+def yield_in_root() -> Function:
+    f, *_ = base()
+    f.yield_()
+    return f.build()
+
+
+@invalid("'neg'", "operand 0 defined in this or an enclosing region",
+         "a value used outside its region")
+def value_used_outside_its_region() -> Function:
+    f, m, n, x, t = base()
+    with f.nest("serial", ((f.dim("s"), 4),)):
+        inner = f.val("abs", (x,), t)
+        f.yield_()
+    f.val("neg", (inner,), t)
+    return f.build()
+
+
+@invalid("'neg'", "operand 0 defined before its use", "use before definition")
+def use_before_def() -> Function:
+    f, m, n, x, t = base()
+    later = f.val("abs", (x,), t)
+    f.val("neg", (later,), t)
+    f.root.ops[-1], f.root.ops[-2] = f.root.ops[-2], f.root.ops[-1]
+    return f.build()
+
+
+@invalid("'yield'", "operand 0 defined before its use", "use before definition")
+def region_uses_own_result() -> Function:
+    f, m, n, x, t = base()
+    body = Region((INDEX, t))
+    op = f.op("serial", (x,), (t,), {"domain": ((f.dim("s"), 4),)}, (body,))
+    f.b.push(body)
+    f.yield_(op.result)
+    return f.build()
+
+
+@invalid("'neg'", "operand 0 defined in this function", "a foreign value")
+def foreign_value() -> Function:
+    other, *_ = base()
+    f, m, n, x, t = base()
+    f.val("neg", (other.root.ops[-1].result,), t)
+    return f.build()
+
+
+@invalid("'stage'", "to be directly inside a 'pipeline'")
+def stage_in_serial() -> Function:
+    f, *_ = base()
+    with f.nest("serial", ((f.dim("s"), 4),)):
+        f.op("stage", attrs={"name": "load"})
+        f.yield_()
+    return f.build()
+
+
+@invalid("'stage'", "to be directly inside a 'pipeline'")
+def stage_nested_below_pipeline() -> Function:
+    f, *_ = base()
+    with f.nest("pipeline", ((f.dim("s"), 4),), window=2, interval=1):
+        with f.nest("serial", ((f.dim("t"), 2),)):
+            f.op("stage", attrs={"name": "load"})
+            f.yield_()
+        f.yield_()
+    return f.build()
+
+
+@invalid("'stage'", "to be directly inside a 'pipeline'")
+def stage_in_root() -> Function:
+    f, *_ = base()
+    f.op("stage", attrs={"name": "load"})
+    return f.build()
+
+
+@invalid("'reduce'", "order in ('unordered_tree'", "'random'")
+def reduce_bad_order() -> Function:
+    f, m, n, x, t = base()
+    with f.nest("reduce", ((f.dim("r"), 4),), (x,), order="random") as (_, (_r, st)):
+        f.yield_(st)
+    return f.build()
+
+
+@invalid("'reduce'", "attribute 'order'")
+def reduce_without_order() -> Function:
+    f, m, n, x, t = base()
+    with f.nest("reduce", ((f.dim("r"), 4),), (x,)) as (_, (_r, st)):
+        f.yield_(st)
+    return f.build()
+
+
+@invalid("'pipeline'", "'window' >= 1", "0")
+def pipeline_window_zero() -> Function:
+    f, *_ = base()
+    with f.nest("pipeline", ((f.dim("s"), 4),), window=0, interval=1):
+        f.yield_()
+    return f.build()
+
+
+@invalid("'parallel'", "no operands and no results")
+def parallel_with_carries() -> Function:
+    f, m, n, x, t = base()
+    with f.nest("parallel", ((f.dim("p"), 4),), (x,)) as (_, (_p, st)):
+        f.yield_(st)
+    return f.build()
+
+
+@invalid("'parallel'", "policy in ('block'")
+def parallel_bad_policy() -> Function:
+    f, *_ = base()
+    with f.nest("parallel", ((f.dim("p"), 4),), policy="gpu"):
+        f.yield_()
+    return f.build()
+
+
+@invalid("'serial'", "domain entries (dim, extent >= 0)", "('s', 4)")
+def domain_entry_not_a_dim() -> Function:
+    f, *_ = base()
+    with f.nest("serial", (("s", 4),)):
+        f.yield_()
+    return f.build()
+
+
+@invalid("'serial'", "domain entries (dim, extent >= 0)")
+def domain_negative_extent() -> Function:
+    f, *_ = base()
+    with f.nest("serial", ((f.dim("s"), -1),)):
+        f.yield_()
+    return f.build()
+
+
+@invalid("'full'", "every dim declared in the function's dims", "dim not declared: k")
+def undeclared_dim_in_type() -> Function:
+    f, m, n, x, t = base()
+    f.full(0.0, tile(f32, (m, 8), (Dim("k"), 4)))
+    return f.build()
+
+
+@invalid("'parallel'", "dim not declared: <anonymous>")
+def undeclared_dim_in_domain() -> Function:
+    f, *_ = base()
+    with f.nest("parallel", ((Dim(None, anonymous=True), 4),)):
+        f.yield_()
+    return f.build()
+
+
+@invalid("'function'", "each dim listed once")
+def dim_declared_twice() -> Function:
+    f, m, *_ = base()
+    f.dims.append(m)
+    return f.build()
+
+
+@invalid("'load'", "no load, store or region ops inside 'map'")
+def load_in_map() -> Function:
+    f, m, n, x, t = base()
+    with f.map((x,), ()):
+        zero = f.index(0)
+        f.val("load", (f.params[0].value, zero, zero), t, shape=(8, 16), fill=0.0)
+        f.yield_()
+    return f.build()
+
+
+@invalid("'serial'", "no load, store or region ops inside 'map'")
+def region_in_map() -> Function:
+    f, m, n, x, t = base()
+    with f.map((x,), ()):
+        with f.nest("serial", ()):
+            f.yield_()
+        f.yield_()
+    return f.build()
+
+
+@invalid("'map'", "rank-0 argument of f32")
+def map_argument_not_scalar() -> Function:
+    f, m, n, x, t = base()
+    body = Region((t,))
+    f.op("map", (x,), (), None, (body,))
+    f.b.push(body)
+    f.yield_()
+    return f.build()
+
+
+@invalid("'map'", "results with the operands' dims")
+def map_result_layout() -> Function:
+    f, m, n, x, t = base()
+    with f.map((x,), (tile(f32, (m, 8)),)) as (_, (u,)):
+        f.yield_(u)
+    return f.build()
+
+
+@invalid("'neg'", "a parent link to its enclosing region")
+def stale_parent_link() -> Function:
+    f, m, n, x, t = base()
+    f.root.ops.append(Op("neg", (x,), (t,)))
+    return f.build()
+
+
+@pytest.mark.parametrize(("make", "expected"), INVALID)
+def test_invalid_programs_fail(make: Callable[[], Function], expected: tuple[str, ...]) -> None:
+    with pytest.raises(VerifyError) as info:
+        verify(make())
+    message = info.value.plain_message
+    for part in expected:
+        assert part in message, f"{part!r} not in {message!r}"
+
+
+def test_invalid_table_ids_are_unique() -> None:
+    ids = [p.id for p in INVALID]  # type: ignore[attr-defined]
+    assert len(ids) == len(set(ids))
+
+
+def test_rule_crash_becomes_verify_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def crash(op: Op) -> None:
+        raise TypeError("boom")
+
+    monkeypatch.setitem(OPS, "test.crash", OpDef("test.crash", frozenset(), crash))
+    f, *_ = base()
+    f.op("test.crash")
+    with pytest.raises(VerifyError, match="'test.crash': expected well-formed .*TypeError: boom"):
+        verify(f.build())
