@@ -1,0 +1,1 @@
+"""Backends: each turns TileIR (plus a plan) into execution; `reference` defines the semantics."""

@@ -1,0 +1,137 @@
+"""Numeric representation of Tile values in the reference interpreter, per precision mode.
+
+`native`: a value of dtype T lives in `T.numpy` (bf16 in float32 arrays whose values are
+always representable in bf16) and every op rounds to T. `float64`: every float value lives in
+float64 and is rounded to the tensor's dtype only when stored; ints and bools keep their type.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tilenest.errors import BackendError
+from tilenest.ir.dtypes import DType, bf16
+
+PRECISIONS = ("native", "float64")
+
+
+def _f64_to_f32_round_to_odd(x: np.ndarray) -> np.ndarray:
+    """float64 → float32 rounded to odd, so that a later RNE to bf16 rounds exactly once.
+
+    Rounding f64 → f32 → bf16 with RNE twice is wrong near bf16 halfway points; round-to-odd
+    in the wider intermediate (24 ≥ 8 + 2 bits) makes the second rounding correct.
+    """
+    r = x.astype(np.float32)
+    back = r.astype(np.float64)
+    inexact = (back != x) & ~np.isnan(x)
+    bits = np.ascontiguousarray(r).view(np.uint32).copy()
+    toward_zero = inexact & (np.abs(back) > np.abs(x))
+    bits = np.where(toward_zero, bits - np.uint32(1), bits)
+    bits = np.where(inexact, bits | np.uint32(1), bits)
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def round_to_bf16(x: np.ndarray | float) -> np.ndarray:
+    """Round to the nearest bf16 (ties to even, NaN kept NaN); the result is a float32 array.
+
+    Accepts float16/float32/float64 or integer arrays. The bf16 value is the float32 whose
+    low 16 bits are zero.
+    """
+    a = np.asarray(x)
+    if a.dtype == np.float64:
+        f = _f64_to_f32_round_to_odd(a)
+    elif a.dtype.kind in "iub":
+        f = _f64_to_f32_round_to_odd(a.astype(np.float64))
+    else:
+        f = a.astype(np.float32)
+    bits = np.ascontiguousarray(f).view(np.uint32).astype(np.uint64)
+    rounded = (bits + np.uint64(0x7FFF) + ((bits >> np.uint64(16)) & np.uint64(1))) & np.uint64(
+        0xFFFF0000
+    )
+    nan_bits = (bits & np.uint64(0xFFFF0000)) | np.uint64(0x00400000)
+    out = np.where(np.isnan(f), nan_bits, rounded).astype(np.uint32).view(np.float32)
+    return out.reshape(a.shape)
+
+
+def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
+    """int16/uint16 bf16 bit patterns → float32 values (exact)."""
+    wide = np.asarray(bits).view(np.uint16).astype(np.uint32) << np.uint32(16)
+    return wide.view(np.float32)
+
+
+def f32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 values already representable in bf16 → int16 bit patterns."""
+    a = np.asarray(values, dtype=np.float32)
+    bits = np.ascontiguousarray(a).view(np.uint32) >> np.uint32(16)
+    return bits.astype(np.uint16).view(np.int16).reshape(a.shape)
+
+
+class Numerics:
+    """Holder types and rounding of one precision mode."""
+
+    def __init__(self, precision: str) -> None:
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        self.precision = precision
+        self.wide = precision == "float64"
+
+    def holder(self, dtype: DType) -> np.dtype:
+        """The numpy dtype that holds Tile values of `dtype` in this mode."""
+        if self.wide and dtype.is_float:
+            return np.dtype(np.float64)
+        return dtype.numpy
+
+    def finish(self, value: object, dtype: DType) -> np.ndarray:
+        """Round an op's raw result to `dtype` and return it as an array in the holder type."""
+        a = np.asarray(value)
+        if not self.wide and dtype == bf16:
+            return round_to_bf16(a)
+        return np.asarray(a, dtype=self.holder(dtype))
+
+    def scalar(self, value: bool | int | float, dtype: DType) -> np.ndarray:
+        """A Python scalar (a `full` value, a fill) as a 0-d array of `dtype`."""
+        if dtype.is_bool:
+            return np.array(bool(value))
+        if dtype.is_int:
+            if isinstance(value, float):
+                if not math.isfinite(value):
+                    raise BackendError(f"{value} has no value in {dtype}")
+                value = int(value)  # truncates toward zero, as a cast does
+            wrapped = int(value) % (1 << dtype.bits)
+            return np.array(wrapped, dtype=np.uint64).astype(dtype.numpy)
+        return self.finish(np.array(float(value), dtype=np.float64), dtype)
+
+    def cast(self, a: np.ndarray, src: DType, dst: DType) -> np.ndarray:
+        """Element type conversion: float→int truncates, →bool is x != 0, →bf16 is RNE."""
+        if dst.is_bool:
+            return np.asarray(a != 0)
+        if dst.is_int:
+            if a.dtype.kind == "f":
+                a = np.trunc(a)
+                # Out-of-range floats (and NaN) have no defined integer; pass through int64
+                # first so that values in [2^63, 2^64) of u64 are not lost on the way.
+                if dst.kind == "uint" and dst.bits == 64:
+                    big = a >= 2.0**63
+                    low = np.where(big, 0.0, a).astype(np.int64).astype(np.uint64)
+                    high = (np.where(big, a - 2.0**63, 0.0).astype(np.uint64)
+                            + np.uint64(1 << 63))
+                    return np.asarray(np.where(big, high, low))
+                return np.asarray(a.astype(np.int64).astype(dst.numpy))
+            return np.asarray(a.astype(dst.numpy))
+        if a.dtype.kind == "b":
+            a = a.astype(np.float64)
+        return self.finish(a, dst)
+
+    def from_storage(self, stored: np.ndarray, dtype: DType, bf16_bits: bool) -> np.ndarray:
+        """Tensor elements (bf16 as bit patterns when `bf16_bits`) → a fresh Tile array."""
+        a = bf16_bits_to_f32(stored) if bf16_bits else stored
+        return np.array(a, dtype=self.holder(dtype), copy=True)
+
+    def to_storage(self, tile: np.ndarray, dtype: DType, bf16_bits: bool) -> np.ndarray:
+        """Tile values → tensor elements of `dtype`, rounded only now in float64 mode."""
+        if dtype == bf16:
+            rounded = round_to_bf16(tile)
+            return f32_to_bf16_bits(rounded) if bf16_bits else rounded
+        return np.asarray(tile, dtype=dtype.numpy)

@@ -1,0 +1,122 @@
+"""Evaluation rules of elementwise ops: arithmetic, math, logic, comparisons, where, cast.
+
+Rules only rely on numpy broadcasting, so they also evaluate `map` bodies on whole arrays.
+Integer arithmetic wraps; float exceptions give inf/NaN silently (the run masks warnings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tilenest.backends.reference.registry import register_eval
+from tilenest.ir.core import Op
+from tilenest.ir.dtypes import DType
+from tilenest.ir.types import TileType
+
+if TYPE_CHECKING:
+    from tilenest.backends.reference.interpreter import Interpreter
+
+Binary = Callable[[np.ndarray, np.ndarray], Any]
+Unary = Callable[[np.ndarray], Any]
+
+BINARY: dict[str, Binary] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.true_divide,
+    "floordiv": np.floor_divide,  # floor semantics, like Python, for ints and floats
+    "mod": np.mod,  # sign of the divisor, like Python
+    "maximum": np.maximum,  # NaN-propagating
+    "minimum": np.minimum,
+    "and": np.bitwise_and,  # logical on bool
+    "or": np.bitwise_or,
+    "xor": np.bitwise_xor,
+}
+
+EXACT_UNARY: dict[str, Unary] = {
+    "neg": np.negative,
+    "abs": np.abs,
+    "not": np.invert,  # logical on bool
+}
+
+
+def _rsqrt(x: np.ndarray) -> np.ndarray:
+    return 1.0 / np.sqrt(x)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+# Computed in float64 and rounded once to the declared type: the result is then independent
+# of numpy's vectorized float32 kernels and of the CPU they run on.
+MATH_UNARY: dict[str, Unary] = {
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": _rsqrt,
+    "tanh": np.tanh,
+    "sigmoid": _sigmoid,
+}
+
+COMPARE: dict[str, Binary] = {
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+}
+
+
+def result_dtype(op: Op, i: int = 0) -> DType:
+    t = op.results[i].type
+    assert isinstance(t, TileType)
+    return t.dtype
+
+
+def apply_binary(ctx: Interpreter, name: str, a: np.ndarray, b: np.ndarray,
+                 dtype: DType) -> np.ndarray:
+    """One binary op in `dtype`, rounded to it (used by reductions to combine, too)."""
+    return ctx.num.finish(BINARY[name](a, b), dtype)
+
+
+def _binary_rule(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+    a, b = operands
+    return [apply_binary(ctx, op.name, a, b, result_dtype(op))]
+
+
+def _exact_unary_rule(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+    return [ctx.num.finish(EXACT_UNARY[op.name](operands[0]), result_dtype(op))]
+
+
+def _math_unary_rule(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+    wide = np.asarray(operands[0], dtype=np.float64)
+    return [ctx.num.finish(MATH_UNARY[op.name](wide), result_dtype(op))]
+
+
+def _compare_rule(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+    a, b = operands
+    return [np.asarray(COMPARE[op.name](a, b), dtype=np.bool_)]
+
+
+register_eval(*BINARY)(_binary_rule)
+register_eval(*EXACT_UNARY)(_exact_unary_rule)
+register_eval(*MATH_UNARY)(_math_unary_rule)
+register_eval(*COMPARE)(_compare_rule)
+
+
+@register_eval("where")
+def _where(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+    cond, a, b = operands
+    return [ctx.num.finish(np.where(cond, a, b), result_dtype(op))]
+
+
+@register_eval("cast")
+def _cast(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+    src = op.operands[0].type
+    assert isinstance(src, TileType)
+    return [ctx.num.cast(np.asarray(operands[0]), src.dtype, result_dtype(op))]

@@ -1,0 +1,54 @@
+"""Evaluation rules of `load` (a snapshot with fill) and `store` (in-bounds writes)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tilenest.backends.reference.memory import TensorArg, clip_region
+from tilenest.backends.reference.registry import register_eval
+from tilenest.errors import ArgumentError
+from tilenest.ir.core import Op
+from tilenest.ir.types import TileType
+
+if TYPE_CHECKING:
+    from tilenest.backends.reference.interpreter import Interpreter
+
+
+@register_eval("load")
+def _load(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+    tensor: TensorArg = operands[0]
+    origins: list[int] = operands[1:]
+    extents: tuple[int | None, ...] = op.attrs["shape"]
+    t = op.results[0].type
+    assert isinstance(t, TileType)
+    # A fresh array: the Tile is a snapshot that later stores never change.
+    out = np.broadcast_to(ctx.num.scalar(op.attrs["fill"], t.dtype), t.shape).copy()
+    box = clip_region(tensor.shape, origins, extents)
+    if box is None or out.size == 0:
+        return [out]
+    if ctx.races is not None:
+        ctx.races.on_load(op, tensor, box)
+    stored = tensor.array[box.tensor_index]
+    out[box.tile_index] = ctx.num.from_storage(stored, tensor.dtype, tensor.bf16_bits)
+    return [out]
+
+
+@register_eval("store")
+def _store(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+    tensor: TensorArg = operands[0]
+    origins: list[int] = operands[1:-1]
+    tile = np.asarray(operands[-1])
+    extents: tuple[int | None, ...] = op.attrs["shape"]
+    box = clip_region(tensor.shape, origins, extents)
+    if box is None or tile.size == 0:
+        return []
+    if not tensor.array.flags.writeable:
+        raise ArgumentError(f"argument '{tensor.name}' is read-only but the kernel stores "
+                            "into it", loc=op.loc)
+    if ctx.races is not None:
+        ctx.races.on_store(op, tensor, box)
+    values = ctx.num.to_storage(tile[box.tile_index], tensor.dtype, tensor.bf16_bits)
+    tensor.array[box.tensor_index] = values
+    return []
