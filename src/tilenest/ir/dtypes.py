@@ -167,7 +167,9 @@ def scalar_default_type(value: object) -> DType:
 
 
 def accumulation_type(*types: DType) -> DType:
-    """The type `mma` forms products and sums in: at least f32."""
+    """The type `mma` forms products and sums in: i64 for integer operands, else at least f32."""
+    if all(not t.is_float for t in types):
+        return i64
     out = f32
     for t in types:
         if t.is_float and t.bits > out.bits:
