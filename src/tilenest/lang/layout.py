@@ -54,8 +54,23 @@ def _match(a: TileType | Layout, b: TileType | Layout) -> dict[int, int]:
 def broadcast_layouts(
     a: TileType | Layout, b: TileType | Layout
 ) -> tuple[Layout, tuple[int | None, ...], tuple[int | None, ...]]:
-    """The common layout of two operands and, per result axis, each operand's source axis."""
+    """The common layout of two operands and, per result axis, each operand's source axis.
+
+    The result lists a's dims, then b's unpaired ones; but when every dim of `a` pairs with
+    one of a higher-rank `b` (a row against a matrix), it keeps b's order, as numpy does.
+    Otherwise `w + x` for an anonymous row `w` would come out transposed, and a later store,
+    which pairs anonymous dims right-aligned, would silently transpose it back wrongly.
+    """
     pairs = _match(a, b)
+    if len(pairs) == len(a.dims) < len(b.dims):
+        layout, map_b, map_a = _merge(b, a, {j: i for i, j in pairs.items()})
+        return layout, map_a, map_b
+    return _merge(a, b, pairs)
+
+
+def _merge(
+    a: TileType | Layout, b: TileType | Layout, pairs: dict[int, int]
+) -> tuple[Layout, tuple[int | None, ...], tuple[int | None, ...]]:
     dims: list[Dim] = []
     shape: list[int] = []
     map_a: list[int | None] = []
