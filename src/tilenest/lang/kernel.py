@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
+import linecache
 import os
 import sys
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
 from tilenest.errors import ArgumentError, CaptureError, TileError
-from tilenest.ir.core import Function, Param, Region, Value
+from tilenest.ir.core import Function, Param, Region, SourceLoc, Value
 from tilenest.lang.context import capturing
 from tilenest.lang.rewrite import rewrite_function
 from tilenest.lang.views import TensorView
@@ -20,6 +23,29 @@ from tilenest.runtime.args import RESERVED_NAMES, TensorArg, constant_key, descr
 def _trimmed(err: TileError) -> TileError:
     """The error without tilenest's own frames (its message already names the user line)."""
     return err.with_traceback(None)
+
+
+def _parameter_loc(fn: Callable[..., Any], name: str) -> SourceLoc | None:
+    """The source line that declares parameter `name` of `fn` (None if unknown)."""
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return None
+    try:
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+                if arg.arg == name:
+                    lineno = first + arg.lineno - 1
+                    filename = fn.__code__.co_filename
+                    return SourceLoc(filename, lineno,
+                                     linecache.getline(filename, lineno).rstrip("\n"))
+            return None
+    return None
 
 
 class CompiledKernel:
@@ -74,7 +100,8 @@ class Kernel:
             if p.kind == p.KEYWORD_ONLY:
                 if p.name in RESERVED_NAMES:
                     raise ArgumentError(f"kernel `{self.name}`: the constant name `{p.name}` is "
-                                        f"reserved for tilenest options ({sorted(RESERVED_NAMES)})")
+                                        f"reserved for tilenest options ({sorted(RESERVED_NAMES)})",
+                                        loc=_parameter_loc(fn, p.name))
                 self.const_params[p.name] = p.default
             else:
                 if p.default is not p.empty:
@@ -124,7 +151,7 @@ class Kernel:
     def capture(self, described: dict[str, TensorArg], consts: dict[str, Any]) -> Function:
         """Run the Python body once on symbolic views; the result is a verified Function."""
         if self._rewritten is None:
-            self._rewritten = rewrite_function(self.fn)
+            self._rewritten = rewrite_function(self.fn, is_kernel=True)
         params = [Param(n, Value(described[n].type, None, i, n))
                   for i, n in enumerate(self.tensor_params)]
         fn = Function(self.name, params, dict(consts), Region())

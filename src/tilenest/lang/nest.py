@@ -242,6 +242,8 @@ class RegionIter:
         self.escaped: set[str] = set()
         self.entered = False
         self._frame_snapshot: dict[str, Any] | None = None
+        # name -> the body line that last assigns it (set by the kernel rewriter)
+        self.assign_locs: dict[str, SourceLoc] = {}
 
     # -- the iterator protocol: exactly one pass
     def __iter__(self) -> RegionIter:
@@ -316,18 +318,18 @@ class RegionIter:
                     f"`{name}` is an outer Tile updated inside a parallel body: parallel "
                     f"instances are independent and cannot update a shared value. Store the "
                     f"per-instance result to memory, or use reduce(...) to aggregate",
-                    loc=self.loc)
+                    loc=self._loc_of(name))
             if isinstance(entry, Index) and value is not entry:
                 raise CaptureError(
                     f"`{name}` is an index value reassigned inside a {self.kind} body: index "
                     f"values cannot be loop-carried; derive them from the handle's index()",
-                    loc=self.loc)
+                    loc=self._loc_of(name))
             if (entry is not UNBOUND and not isinstance(entry, (Tile, Index))
                     and isinstance(value, Tile) and _defined_inside(value, self.builder.body)):
                 raise CaptureError(
                     f"`{name}` is a Python value before the {self.kind} loop and a Tile after "
                     f"its body: initialize it as a Tile (tn.zeros / tn.full) before the loop "
-                    f"so it becomes a loop-carried value", loc=self.loc)
+                    f"so it becomes a loop-carried value", loc=self._loc_of(name))
             if name not in self.carry_args and isinstance(value, (Tile, Index)) and \
                     _defined_inside(value, self.builder.body):
                 self.escaped.add(name)
@@ -337,16 +339,21 @@ class RegionIter:
         popped = state.open_handles.pop()
         assert popped is handle
 
+    def _loc_of(self, name: str) -> SourceLoc | None:
+        """Where the body assigns `name` (the region's own line if unknown)."""
+        return self.assign_locs.get(name, self.loc)
+
     def _carried_exit(self, name: str, value: Any) -> Tile:
         arg = self.carry_args[name]
         if value is UNBOUND:
-            raise CaptureError(f"`{name}` was deleted inside a {self.kind} body", loc=self.loc)
+            raise CaptureError(f"`{name}` was deleted inside a {self.kind} body",
+                               loc=self._loc_of(name))
         if not isinstance(value, Tile):
             if isinstance(value, (bool, int, float, Index)):
                 value = unify(value)[0]
             else:
                 raise CaptureError(f"loop-carried `{name}` must stay a Tile, got {value!r}",
-                                   loc=self.loc)
+                                   loc=self._loc_of(name))
         from tilenest.lang.layout import Layout, align_to_region
         from tilenest.lang.values import broadcast_to
 
@@ -354,10 +361,13 @@ class RegionIter:
         if value.dtype != want.dtype:
             raise CaptureError(
                 f"loop-carried `{name}` changes type in the body: {want.dtype} before, "
-                f"{value.dtype} after (use .astype)", loc=self.loc)
+                f"{value.dtype} after (use .astype)", loc=self._loc_of(name))
         if not value.type.same_layout(want):
             lay = Layout(want.dims, want.shape)
-            src = align_to_region(value.type, lay, f"loop-carried `{name}`")
+            try:
+                src = align_to_region(value.type, lay, f"loop-carried `{name}`")
+            except ShapeError as e:
+                raise ShapeError(e.plain_message, loc=self._loc_of(name)) from None
             value = broadcast_to(value, lay, src)
         return value
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
 import sys
 import textwrap
 from collections.abc import Callable
@@ -66,11 +67,51 @@ def _jumps(stmts: list[ast.stmt]) -> list[tuple[int, str]]:
     return found
 
 
+def _assignment_lines(stmts: list[ast.stmt]) -> dict[str, int]:
+    """The last line that binds each name in these statements (for carry diagnostics)."""
+    lines: dict[str, int] = {}
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
+                             ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            lines[node.id] = max(lines.get(node.id, 0), node.lineno)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    for s in stmts:
+        visit(s)
+    return lines
+
+
+class _ReturnRewriter(ast.NodeTransformer):
+    """`return v` in a kernel body becomes `return __tn_rt.returned(v, line)`, so that a
+    kernel returning a value is reported at its `return` line."""
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        return node  # nested helpers may return values
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AsyncFunctionDef:
+        return node
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.ClassDef:
+        return node
+
+    def visit_Return(self, node: ast.Return) -> ast.Return:
+        if node.value is None:
+            return node
+        call = ast.Call(ast.Attribute(ast.Name(f"{_PREFIX}rt", ast.Load()), "returned",
+                                      ast.Load()), [node.value, ast.Constant(node.lineno)], [])
+        return ast.copy_location(ast.Return(ast.copy_location(call, node.value)), node)
+
+
 class _LoopRewriter(ast.NodeTransformer):
     def __init__(self) -> None:
         self.counter = 0
 
     def visit_For(self, node: ast.For) -> list[ast.stmt]:
+        lines = _assignment_lines(node.body)
         self.generic_visit(node)
         self.counter += 1
         loop = f"{_PREFIX}loop{self.counter}"
@@ -98,7 +139,8 @@ class _LoopRewriter(ast.NodeTransformer):
         make = ast.Assign(
             [ast.Name(loop, ast.Store())],
             ast.Call(ast.Attribute(ast.Name(f"{_PREFIX}rt", ast.Load()), "loop", ast.Load()),
-                     [node.iter, ast.Constant(tuple(jumps))], []))
+                     [node.iter, ast.Constant(tuple(jumps)),
+                      ast.Constant(tuple((n, lines[n]) for n in names if n in lines))], []))
         body = [ast.Expr(call("enter", names_t, thunks()))]
         body += [rebind("rebinds", "arg", n) for n in names]
         body += node.body
@@ -136,29 +178,42 @@ class PlainLoop:
 class _Runtime:
     """What rewritten code calls (`__tn_rt.loop(iterable, jumps)`)."""
 
-    def __init__(self, filename: str) -> None:
+    def __init__(self, filename: str, function_name: str = "") -> None:
         self.filename = filename
+        self.function_name = function_name
 
-    def loop(self, iterable: Any, jumps: tuple[tuple[int, str], ...]) -> Any:
+    def source_loc(self, lineno: int) -> SourceLoc:
+        return SourceLoc(self.filename, lineno,
+                         linecache.getline(self.filename, lineno).rstrip("\n"))
+
+    def loop(self, iterable: Any, jumps: tuple[tuple[int, str], ...],
+             assigned: tuple[tuple[str, int], ...] = ()) -> Any:
         from tilenest.lang.nest import RegionIter
 
         if not isinstance(iterable, RegionIter):
             return PlainLoop(iterable)
         if jumps:
             lineno, kind = jumps[0]
-            import linecache
-
-            line = linecache.getline(self.filename, lineno).rstrip("\n")
             what = {"for-else": "an `else:` clause on"}.get(kind, f"`{kind}` inside")
             raise CaptureError(
                 f"{what} a tn.{iterable.kind} loop is not allowed: the loop body is captured "
                 f"once as a region, not executed per iteration (use tn.where for "
-                f"data-dependent choices)", loc=SourceLoc(self.filename, lineno, line))
+                f"data-dependent choices)", loc=self.source_loc(lineno))
+        iterable.assign_locs = {name: self.source_loc(n) for name, n in assigned}
         return iterable
 
+    def returned(self, value: Any, lineno: int) -> Any:
+        if value is not None:
+            raise CaptureError(f"kernel `{self.function_name}` returned a value; kernels write "
+                               f"their results with .store(...) and return nothing",
+                               loc=self.source_loc(lineno))
+        return value
 
-def rewrite_function(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The function with its loops rewritten; the original if its source is unavailable."""
+
+def rewrite_function(fn: Callable[..., Any], is_kernel: bool = False) -> Callable[..., Any]:
+    """The function with its loops rewritten; the original if its source is unavailable.
+
+    For a kernel (`is_kernel`), `return <value>` also reports its own line."""
     try:
         source = inspect.getsource(fn)
     except (OSError, TypeError):
@@ -171,6 +226,8 @@ def rewrite_function(fn: Callable[..., Any]) -> Callable[..., Any]:
     code = fn.__code__
     ast.increment_lineno(tree, code.co_firstlineno - 1)
     fdef = _LoopRewriter().visit(fdef)
+    if is_kernel:
+        fdef.body = [_ReturnRewriter().visit(stmt) for stmt in fdef.body]
     freevars = list(code.co_freevars)
     extra = {"type_params": []} if sys.version_info >= (3, 12) else {}
     factory = ast.FunctionDef(
@@ -186,7 +243,7 @@ def rewrite_function(fn: Callable[..., Any]) -> Callable[..., Any]:
     namespace: dict[str, Any] = {}
     exec(compiled, fn.__globals__, namespace)
     cells = [c.cell_contents for c in (fn.__closure__ or ())]
-    new_fn = namespace[f"{_PREFIX}factory"](_Runtime(code.co_filename), *cells)
+    new_fn = namespace[f"{_PREFIX}factory"](_Runtime(code.co_filename, code.co_name), *cells)
     new_fn.__defaults__ = fn.__defaults__
     new_fn.__kwdefaults__ = fn.__kwdefaults__
     return new_fn
