@@ -120,16 +120,24 @@ def test_handle_used_outside_its_region(kern, marker):
 
 
 @tn.kernel
-def k_escaped_value(X, Y):
+def k_escaped_value(X, Y, *, HOW="mul"):
     for _s in tn.serial(3):
         t = X.tile((0,), (4,)).load()
-    Y.tile((0,), (4,)).store(t * 2.0)  # diag: escaped-value
+    if HOW == "mul":
+        Y.tile((0,), (4,)).store(t * 2.0)  # diag: escaped-mul
+    elif HOW == "eq":
+        Y.tile((0,), (4,)).store(t == 1.0)  # diag: escaped-eq
+    elif HOW == "exp":
+        Y.tile((0,), (4,)).store(tn.exp(t))  # diag: escaped-exp
+    else:
+        Y.tile((0,), (4,)).store(t)  # diag: escaped-store
 
 
-def test_value_defined_in_region_used_after():
+@pytest.mark.parametrize("how", ["mul", "eq", "exp", "store"])
+def test_value_defined_in_region_used_after(how):
     with pytest.raises(tn.CaptureError) as err:
-        k_escaped_value.ir(f32(4), f32(4))
-    check_points_at(err, "escaped-value", "`t` was defined inside a serial body")
+        k_escaped_value.ir(f32(4), np.zeros(4, bool), HOW=how)
+    check_points_at(err, f"escaped-{how}", "`t` was defined inside a serial body")
 
 
 @tn.kernel

@@ -207,7 +207,11 @@ def _escaped_dunder(name: str):
 
 for _d in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
            "__rtruediv__", "__neg__", "__bool__", "__getitem__", "__lt__", "__gt__", "__le__",
-           "__ge__", "__floordiv__", "__mod__", "__pow__", "__and__", "__or__"):
+           "__ge__", "__floordiv__", "__mod__", "__pow__", "__and__", "__or__",
+           # Without these, `t == 1` on an escaped value would silently be False.
+           "__eq__", "__ne__", "__rfloordiv__", "__rmod__", "__rpow__", "__rand__", "__ror__",
+           "__xor__", "__rxor__", "__invert__", "__abs__", "__pos__", "__iter__", "__len__",
+           "__index__", "__int__", "__float__"):
     setattr(Escaped, _d, _escaped_dunder(_d))
 
 

@@ -263,6 +263,10 @@ def unify(*items: Any) -> list[Tile]:
             except dt.PromotionError as e:
                 raise DTypeError(str(e)) from None
         elif not (isinstance(x, Index) or is_scalar(x)):
+            from tilenest.lang.nest import Escaped
+
+            if isinstance(x, Escaped):
+                raise x.error()
             raise CaptureError(f"expected a Tile, an index or a Python scalar, got {_describe(x)}")
     dtype = operand_dtype(list(items), strong)
     if strong is not None:
