@@ -52,7 +52,7 @@ def demo(args: argparse.Namespace) -> int:
 
     from tilenest.ir import print_function
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 150)
     examples = _examples_module()
     all_examples = examples.all_examples()
     if args.only:

@@ -145,7 +145,6 @@ class Kernel:
         described = {n: describe_tensor(tensors[n], n) for n in self.tensor_params}
         key = (tuple(described[n].key() for n in self.tensor_params),
                tuple(constant_key(n, consts[n]) for n in sorted(consts)))
-        self._last_described = described
         return tensors, consts, key
 
     def capture(self, described: dict[str, TensorArg], consts: dict[str, Any]) -> Function:
@@ -172,7 +171,8 @@ class Kernel:
         tensors, consts, key = self._bind(args, kwargs)
         fn = self._functions.get(key)
         if fn is None:
-            fn = self.capture(self._last_described, consts)
+            described = {n: describe_tensor(tensors[n], n) for n in self.tensor_params}
+            fn = self.capture(described, consts)
             self._functions[key] = fn
         return tensors, key, fn
 
