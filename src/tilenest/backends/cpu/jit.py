@@ -1,0 +1,382 @@
+"""LLVM IR text → optimized native code in this process (llvmlite MCJIT), with a content-keyed
+memory and disk cache and a check that every external symbol resolves before anything runs.
+
+Flow of `compile_ir`: parse + verify → optimize with the new pass manager (O3 pipeline,
+vectorizers on) → emit an object file with the host target machine → check its undefined
+symbols → load the object into a fresh MCJIT engine → check the entry points. A disk hit skips
+parsing, optimization and codegen: the cached object and optimized IR text are loaded directly.
+Non-goals: cross compilation, ORC/lazy compilation, linking modules together.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import hashlib
+import os
+import re
+import struct
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from tilenest.errors import BackendError
+from tilenest.runtime.cache import DiskCache, cache_dir
+
+_CACHE_FORMAT = "tilenest-cpu-jit-1"
+_OBJ, _IR = "o", "ll"  # disk parts; the object is written last and marks a complete entry
+
+_lock = threading.RLock()  # LLVM initialization, compilation and the caches
+_initialized = False
+
+
+def _init_native_target() -> None:
+    llvm.initialize_native_target()  # idempotent in LLVM
+    llvm.initialize_native_asmprinter()
+
+
+# Libraries whose symbols generated code may need: libm for scalarized math intrinsics
+# (expf, ...), libgcc for soft-float helpers (__truncsfhf2, __divtf3, ...).
+_RUNTIME_LIBRARIES = ("m", "gcc_s")
+
+
+def _ensure_llvm() -> None:
+    """Initialize the native target and the symbol search once. llvmlite ≥ 0.45 initializes the
+    LLVM core itself (`llvm.initialize()` now raises), so only the native target and asm printer
+    are needed."""
+    global _initialized
+    with _lock:
+        if _initialized:
+            return
+        _init_native_target()
+        # The first MCJIT engine registers the process itself as a symbol source
+        # (LoadLibraryPermanently(nullptr)); externals are checked before any engine exists, so
+        # make that happen now. Python loads libm with RTLD_LOCAL, so add it explicitly.
+        tm = _target_machine(host_info(), 0)
+        llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+        for lib in _RUNTIME_LIBRARIES:
+            path = ctypes.util.find_library(lib)
+            if path:
+                try:
+                    llvm.load_library_permanently(path)
+                except RuntimeError:
+                    pass  # only a missing-symbol BackendError later, never a crash
+        _initialized = True
+
+
+# ---------------------------------------------------------------------------------------------
+# Host description
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """The CPU code is generated for: LLVM triple, cpu name, feature string, vector register."""
+
+    triple: str
+    cpu_name: str
+    features: str
+    vector_bits: int
+
+    def vector_width(self, bits_per_element: int) -> int:
+        """W: elements of `bits_per_element` bits in one vector register (at least 1)."""
+        return max(1, self.vector_bits // bits_per_element)
+
+    def has(self, feature: str) -> bool:
+        return f"+{feature}" in self.features.split(",")
+
+
+# Features whose presence needs wider vectors than a cap allows; disabling the root feature
+# alone is not enough, because LLVM re-enables it when a later `+dependent` implies it.
+_NEEDS_512 = ("avx512", "avx10", "amx", "evex512")
+_NEEDS_256 = ("avx", "fma", "f16c", "xop", "vaes", "vpclmulqdq", "sha512", "sm3", "sm4")
+
+
+def _apply_cap(feats: dict[str, bool], vector_bits: int) -> None:
+    prefixes = _NEEDS_512 if vector_bits < 512 else ()
+    if vector_bits < 256:
+        prefixes += _NEEDS_256
+    for name in feats:
+        if name.startswith(prefixes):
+            feats[name] = False
+
+
+def _vector_bits(feats: Mapping[str, bool]) -> int:
+    if feats.get("avx512f"):
+        return 512
+    if feats.get("avx2") or feats.get("avx"):
+        return 256
+    return 128
+
+
+def _flatten(feats: Mapping[str, bool]) -> str:
+    # Enables first, then disables, so a `-feature` also clears what LLVM would imply from it.
+    on = [f"+{k}" for k, v in sorted(feats.items()) if v]
+    off = [f"-{k}" for k, v in sorted(feats.items()) if not v]
+    return ",".join(on + off)
+
+
+_host_cache: dict[tuple[str, str, str], HostInfo] = {}
+
+
+def host_info() -> HostInfo:
+    """The host description, cached per value of the override variables:
+    `TILENEST_CPU_NAME` (cpu name), `TILENEST_CPU_FEATURES` (comma list of `+f`/`-f` applied on
+    top of the host's), `TILENEST_VECTOR_BITS` (cap: 128, 256 or 512; e.g. 256 turns off every
+    AVX-512 feature to emulate an AVX2 machine)."""
+    env = tuple(os.environ.get(k, "").strip() for k in (
+        "TILENEST_CPU_NAME", "TILENEST_CPU_FEATURES", "TILENEST_VECTOR_BITS"))
+    cached = _host_cache.get(env)  # type: ignore[arg-type]
+    if cached is not None:
+        return cached
+    cpu_env, feat_env, bits_env = env
+    _init_native_target()
+    feats: dict[str, bool] = dict(llvm.get_host_cpu_features())
+    for item in filter(None, (s.strip() for s in feat_env.split(","))):
+        if item[0] not in "+-":
+            raise BackendError(
+                f"TILENEST_CPU_FEATURES entry {item!r} must start with '+' or '-'", loc=None)
+        feats[item[1:]] = item[0] == "+"
+    # Turning a root feature off turns off everything built on it.
+    if feats.get("avx512f") is False:
+        _apply_cap(feats, 256)
+    if feats.get("avx") is False:
+        _apply_cap(feats, 128)
+    if bits_env:
+        if bits_env not in ("128", "256", "512"):
+            raise BackendError(
+                f"TILENEST_VECTOR_BITS must be 128, 256 or 512, not {bits_env!r}", loc=None)
+        _apply_cap(feats, int(bits_env))
+    info = HostInfo(
+        triple=llvm.get_process_triple(),
+        cpu_name=cpu_env or llvm.get_host_cpu_name(),
+        features=_flatten(feats),
+        vector_bits=_vector_bits(feats),
+    )
+    _host_cache[env] = info  # type: ignore[index]
+    return info
+
+
+def _target_machine(info: HostInfo, opt_level: int) -> llvm.TargetMachine:
+    """A fresh target machine: an MCJIT engine takes ownership of the one it is given, and two
+    engines sharing one crashed, so every compilation makes its own."""
+    target = llvm.Target.from_triple(info.triple)
+    return target.create_target_machine(
+        cpu=info.cpu_name, features=info.features, opt=min(max(opt_level, 0), 3), jit=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Compilation steps
+
+
+def _parse(llvm_ir: str) -> llvm.ModuleRef:
+    try:
+        mod = llvm.parse_assembly(llvm_ir)
+        mod.verify()
+    except RuntimeError as exc:
+        raise BackendError(f"invalid LLVM IR: {exc}".rstrip(), loc=None) from None
+    return mod
+
+
+def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int) -> None:
+    if opt_level <= 0:
+        return
+    pto = llvm.create_pipeline_tuning_options(speed_level=min(opt_level, 3))
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pto.loop_interleaving = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+
+
+def _elf_undefined_symbols(obj: bytes) -> list[str] | None:
+    """Strong undefined symbols of an ELF64 little-endian relocatable object, or None when the
+    object is in another format (then the IR's declarations are checked instead)."""
+    if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+        return None
+    shoff, = struct.unpack_from("<Q", obj, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize)
+                for i in range(shnum)]
+    names: list[str] = []
+    for _name, sh_type, _f, _a, off, size, link, _i, _al, entsize in sections:
+        if sh_type != 2:  # SHT_SYMTAB
+            continue
+        str_off = sections[link][4]
+        for pos in range(off + entsize, off + size, entsize):  # entry 0 is the null symbol
+            st_name, st_info, _other, st_shndx = struct.unpack_from("<IBBH", obj, pos)
+            if st_shndx != 0 or st_info >> 4 != 1:  # defined, or not STB_GLOBAL (weak is ok)
+                continue
+            end = obj.index(b"\0", str_off + st_name)
+            names.append(obj[str_off + st_name:end].decode())
+    return names
+
+
+_DECLARE = re.compile(r'^declare\b[^@\n]*@("(?:[^"\\]|\\.)*"|[-\w$.]+)\s*\(', re.MULTILINE)
+_LINKER_PROVIDED = frozenset({"_GLOBAL_OFFSET_TABLE_"})
+
+
+def _external_symbols(obj: bytes, optimized_ir: str) -> list[str]:
+    names = _elf_undefined_symbols(obj)
+    if names is None:
+        names = [m.group(1).strip('"') for m in _DECLARE.finditer(optimized_ir)]
+    return [n for n in names if not n.startswith("llvm.") and n not in _LINKER_PROVIDED]
+
+
+def _check_externals(obj: bytes, optimized_ir: str) -> None:
+    missing = [n for n in _external_symbols(obj, optimized_ir) if not llvm.address_of_symbol(n)]
+    if missing:
+        raise BackendError(
+            f"unresolved external symbol(s) {', '.join(sorted(set(missing)))}: not defined in "
+            "the module nor found in the process (calling would crash)", loc=None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiled modules and the cache
+
+
+class CompiledModule:
+    """A loaded object: keeps its execution engine (which owns the target machine and the
+    module) alive as long as code addresses taken from it are in use."""
+
+    def __init__(self, engine: llvm.ExecutionEngine, llvm_ir: str, entry_points: list[str],
+                 info: HostInfo, opt_level: int, key: str) -> None:
+        self._engine = engine
+        self.llvm_ir = llvm_ir  # optimized IR text
+        self.entry_points = tuple(entry_points)
+        self.host = info
+        self.opt_level = opt_level
+        self.key = key
+        self._asm: str | None = None
+        self._addresses: dict[str, int] = {}
+
+    def address(self, name: str) -> int:
+        """Native address of function `name`; BackendError when the module does not define it."""
+        addr = self._addresses.get(name)
+        if addr is None:
+            with _lock:
+                addr = self._engine.get_function_address(name)
+            if not addr:
+                raise BackendError(f"symbol {name!r} is not defined by the compiled module",
+                                   loc=None)
+            self._addresses[name] = addr
+        return addr
+
+    @property
+    def asm(self) -> str | None:
+        return self._asm
+
+    def assembly(self) -> str:
+        """Host assembly of the optimized IR, generated on first request."""
+        if self._asm is None:
+            with _lock:
+                tm = _target_machine(self.host, self.opt_level)
+                self._asm = tm.emit_assembly(llvm.parse_assembly(self.llvm_ir))
+        return self._asm
+
+
+@dataclass
+class CacheStats:
+    memory_hits: int = 0
+    disk_hits: int = 0
+    misses: int = 0
+    uncached: int = 0
+
+
+_stats = CacheStats()
+_memory: dict[str, CompiledModule] = {}
+
+
+def cache_stats() -> CacheStats:
+    """A snapshot of the hit/miss counters since process start (or `clear_memory_cache`)."""
+    with _lock:
+        return CacheStats(**vars(_stats))
+
+
+def clear_memory_cache() -> None:
+    """Forget in-memory modules and reset the counters (the disk cache stays)."""
+    with _lock:
+        _memory.clear()
+        global _stats
+        _stats = CacheStats()
+
+
+def cache_key(llvm_ir: str, info: HostInfo, opt_level: int) -> str:
+    h = hashlib.sha256()
+    for part in (_CACHE_FORMAT, llvmlite.__version__, llvm.llvm_version_info, info.triple,
+                 info.cpu_name, info.features, opt_level, llvm_ir):
+        h.update(str(part).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _load_engine(obj: bytes, info: HostInfo, tm: llvm.TargetMachine) -> llvm.ExecutionEngine:
+    """An MCJIT engine over an empty module plus the object: nothing is compiled again."""
+    shell = llvm.parse_assembly("")
+    shell.triple = info.triple
+    shell.data_layout = str(tm.target_data)
+    engine = llvm.create_mcjit_compiler(shell, tm)
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    return engine
+
+
+def compile_ir(llvm_ir: str, entry_points: list[str], *, opt_level: int = 3,
+               cache: bool = True) -> CompiledModule:
+    """Compile LLVM IR text for the host and load it. Raises BackendError for invalid IR,
+    unresolved external symbols and entry points the module does not define."""
+    _ensure_llvm()
+    info = host_info()
+    key = cache_key(llvm_ir, info, opt_level)
+    with _lock:
+        if cache and key in _memory:
+            _stats.memory_hits += 1
+            hit = _memory[key]
+            _check_entry_points(hit, entry_points)
+            return hit
+        disk = DiskCache(cache_dir()) if cache else None
+        blobs = disk.load(key, [_IR, _OBJ]) if disk is not None else None
+        if blobs is not None and not _plausible_object(blobs[_OBJ]):
+            disk.evict(key, [_OBJ, _IR])  # type: ignore[union-attr]
+            blobs = None
+        tm = _target_machine(info, opt_level)
+        if blobs is not None:
+            obj, optimized = blobs[_OBJ], blobs[_IR].decode()
+            _stats.disk_hits += 1
+        else:
+            mod = _parse(llvm_ir)
+            mod.triple = info.triple
+            mod.data_layout = str(tm.target_data)
+            _optimize(mod, tm, opt_level)
+            optimized = str(mod)
+            obj = tm.emit_object(mod)
+            if disk is not None:
+                _stats.misses += 1
+            else:
+                _stats.uncached += 1
+        _check_externals(obj, optimized)
+        if disk is not None and blobs is None:
+            disk.store(key, {_IR: optimized.encode(), _OBJ: obj})
+        compiled = CompiledModule(_load_engine(obj, info, tm), optimized, entry_points, info,
+                                  opt_level, key)
+        _check_entry_points(compiled, entry_points)
+        if cache:
+            _memory[key] = compiled
+        return compiled
+
+
+def _plausible_object(obj: bytes) -> bool:
+    """A cached object that cannot even be read as an object file is recompiled, not loaded."""
+    try:
+        _elf_undefined_symbols(obj)
+    except (struct.error, ValueError, IndexError, UnicodeDecodeError):
+        return False
+    return len(obj) > 0
+
+
+def _check_entry_points(compiled: CompiledModule, entry_points: list[str]) -> None:
+    for name in entry_points:
+        compiled.address(name)
+
