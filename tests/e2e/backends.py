@@ -6,7 +6,7 @@ package, a skip condition in `available`); the reference interpreter is the sema
 
 from __future__ import annotations
 
-BACKENDS: list[str] = ["reference"]
+BACKENDS: list[str] = ["reference", "cpu"]
 
 
 def available(target: str) -> str | None:

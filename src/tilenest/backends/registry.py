@@ -65,4 +65,11 @@ def _reference() -> Preparer:
     return prepare
 
 
+def _cpu() -> Preparer:
+    from tilenest.backends.cpu.target import prepare
+
+    return prepare
+
+
 register_target("reference", _reference)
+register_target("cpu", _cpu)

@@ -10,52 +10,15 @@ is merged exactly once, after the contributions are combined.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
 
-from tilenest.ir.core import Op, Value
-
-COMBINERS = frozenset({"add", "mul", "maximum", "minimum"})
+from tilenest.analysis.reductions import COMBINERS as COMBINERS
+from tilenest.analysis.reductions import ClosedState as ClosedState
+from tilenest.analysis.reductions import closed_states as closed_states
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class ClosedState:
-    """A regroupable reduction state: carry `position`, updated by `combine` whose operand
-    `state_operand` is the state (the other one is the contribution)."""
-
-    position: int
-    combine: Op
-    state_operand: int
-
-
-def closed_states(op: Op) -> dict[int, ClosedState]:
-    """The closed states of a `reduce` op, by carry position."""
-    body = op.body
-    term = body.terminator
-    if term is None:
-        return {}
-    uses: dict[Value, list[tuple[Op, int]]] = {}
-    for inner in body.walk():
-        for i, v in enumerate(inner.operands):
-            uses.setdefault(v, []).append((inner, i))
-    first_carry = len(op.attrs["domain"])
-    closed: dict[int, ClosedState] = {}
-    for pos, arg in enumerate(body.args[first_carry:]):
-        arg_uses = uses.get(arg, [])
-        if len(arg_uses) != 1:
-            continue
-        user, operand = arg_uses[0]
-        if user.name not in COMBINERS or user.parent is not body or len(user.results) != 1:
-            continue
-        result_uses = uses.get(user.results[0], [])
-        if len(result_uses) != 1 or result_uses[0][0] is not term or result_uses[0][1] != pos:
-            continue
-        closed[pos] = ClosedState(pos, user, operand)
-    return closed
 
 
 def balanced_tree(items: list[T], combine: Callable[[T, T], T]) -> T:

@@ -1,0 +1,1 @@
+"""Analyses of TileIR shared by the planner and the backends (one code path decides)."""

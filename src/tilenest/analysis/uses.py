@@ -1,0 +1,48 @@
+"""Use lists, region nesting and effect facts of a captured function."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tilenest.ir.core import Function, Op, Region, Value
+
+
+def region_of(v: Value) -> Region | None:
+    owner = v.owner
+    if isinstance(owner, Region):
+        return owner
+    if isinstance(owner, Op):
+        return owner.parent
+    return None
+
+
+@dataclass
+class UseInfo:
+    """Who uses each value, and where each op sits."""
+
+    uses: dict[Value, list[Op]] = field(default_factory=dict)
+    stored_params: set[Value] = field(default_factory=set)
+    loaded_params: set[Value] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, fn: Function) -> UseInfo:
+        info = cls()
+        for op in fn.walk():
+            for v in op.operands:
+                info.uses.setdefault(v, []).append(op)
+            if op.name == "store":
+                info.stored_params.add(op.operands[0])
+            elif op.name == "load":
+                info.loaded_params.add(op.operands[0])
+        return info
+
+    def users(self, v: Value) -> list[Op]:
+        return self.uses.get(v, [])
+
+    def single_local_use(self, v: Value) -> Op | None:
+        """The only user of `v` when it sits in the same region as the definition."""
+        users = self.users(v)
+        if len(users) != 1:
+            return None
+        user = users[0]
+        return user if user.parent is region_of(v) else None

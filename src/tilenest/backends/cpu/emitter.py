@@ -1,0 +1,218 @@
+"""Per-function code emission state: builder, allocas, loops, the value environment."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from llvmlite import ir
+
+from tilenest.backends.cpu import scalars as sc
+from tilenest.backends.cpu.plan import CpuPlan
+from tilenest.backends.cpu.reprs import Arr, Idx, Recipe, Tile
+from tilenest.errors import BackendError
+from tilenest.ir.core import Op, Value
+from tilenest.ir.dtypes import DType
+
+I64 = sc.I64
+ElementFn = Callable[[list[ir.Value], ir.Value | None], None]
+
+
+def c64(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+def row_major(shape: tuple[int, ...], lanes: int) -> tuple[int, ...]:
+    strides: list[int] = []
+    acc = lanes
+    for e in reversed(shape):
+        strides.append(acc)
+        acc *= e
+    return tuple(reversed(strides))
+
+
+class Emitter:
+    """Emits one phase function: `void phase(i8** args, i64 start, i64 end)`."""
+
+    def __init__(self, module: ir.Module, name: str, plan: CpuPlan, lanes: int,
+                 facts: Any, errors: list[str]) -> None:
+        self.module = module
+        self.plan = plan
+        self.lanes = lanes
+        self.facts = facts
+        i8pp = ir.IntType(8).as_pointer().as_pointer()
+        fnty = ir.FunctionType(ir.VoidType(), [i8pp, I64, I64])
+        self.function = ir.Function(module, fnty, name)
+        self.function.attributes.add("nounwind")
+        self.args_ptr, self.start, self.end = self.function.args
+        self.entry = self.function.append_basic_block("entry")
+        self.body_start = self.function.append_basic_block("start")
+        self.b = ir.IRBuilder(self.body_start)
+        self._alloca_builder = ir.IRBuilder(self.entry)
+        self.env: dict[Value, Any] = {}
+        self.params: dict[Value, ir.Value] = {}
+        self.status: ir.Value | None = None
+        self.errors = errors
+
+    # -- storage
+    def alloca(self, ty: ir.Type, count: int, name: str = "") -> ir.Value:
+        """Stack storage hoisted to the entry block (never inside a loop)."""
+        arr = self._alloca_builder.alloca(ir.ArrayType(ty, max(1, count)), name=name)
+        arr.align = 64
+        return self._alloca_builder.gep(arr, [c64(0), c64(0)], inbounds=True)
+
+    def new_array(self, dtype: DType, shape: tuple[int, ...], uniform: bool,
+                  owner: object = None) -> Arr:
+        lanes = 1 if uniform else self.lanes
+        numel = 1
+        for e in shape:
+            numel *= e
+        ptr = self.alloca(sc.storage_type(dtype), numel * lanes)
+        return Arr(ptr, dtype, shape, row_major(shape, lanes), 0 if uniform else 1,
+                   owner=owner)
+
+    def finish(self) -> None:
+        self._alloca_builder.branch(self.body_start)
+        self.b.ret_void()
+
+    # -- loops
+    def loop(self, lo: ir.Value | int, hi: ir.Value | int, body: Callable[[ir.Value], None],
+             *, step: int = 1, name: str = "i") -> None:
+        """for (i = lo; i < hi; i += step) body(i) — a counted loop LLVM can vectorize."""
+        b = self.b
+        lo_v = c64(lo) if isinstance(lo, int) else lo
+        hi_v = c64(hi) if isinstance(hi, int) else hi
+        pre = b.block
+        header = self.function.append_basic_block(f"{name}.head")
+        body_bb = self.function.append_basic_block(f"{name}.body")
+        exit_bb = self.function.append_basic_block(f"{name}.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        i = b.phi(I64, name=name)
+        i.add_incoming(lo_v, pre)
+        b.cbranch(b.icmp_signed("<", i, hi_v), body_bb, exit_bb)
+        b.position_at_end(body_bb)
+        body(i)
+        nxt = b.add(i, c64(step))
+        i.add_incoming(nxt, b.block)
+        b.branch(header)
+        b.position_at_end(exit_bb)
+
+    def for_range(self, n: int, body: Callable[[ir.Value], None], *, unroll: bool,
+                  reverse: bool = False, name: str = "i") -> None:
+        """Iterate 0..n-1 (or n-1..0), unrolled at compile time when asked."""
+        if n <= 0:
+            return
+        if unroll:
+            for k in (range(n - 1, -1, -1) if reverse else range(n)):
+                body(c64(k))
+            return
+        if reverse:
+            self.loop(0, n, lambda i: body(self.b.sub(c64(n - 1), i)), name=name)
+        else:
+            self.loop(0, n, body, name=name)
+
+    def for_each(self, shape: tuple[int, ...], uniform: bool, fn: ElementFn,
+                 bounds: list[tuple[ir.Value, ir.Value]] | None = None) -> None:
+        """Visit every element (and lane, unless uniform) of a tile: lanes innermost."""
+        lanes = 1 if uniform else self.lanes
+        numel = 1
+        for e in shape:
+            numel *= e
+        unroll = bounds is None and numel * lanes <= self.plan.max_unrolled_tile_elements
+        coords: list[ir.Value] = []
+
+        def level(axis: int) -> None:
+            if axis == len(shape):
+                if lanes == 1:
+                    fn(list(coords), None)
+                else:
+                    self.for_range(lanes, lambda lane: fn(list(coords), lane), unroll=unroll,
+                                   name="lane")
+                return
+
+            def step(i: ir.Value) -> None:
+                coords.append(i)
+                level(axis + 1)
+                coords.pop()
+
+            if bounds is not None:
+                lo, hi = bounds[axis]
+                self.loop(lo, hi, step, name=f"e{axis}")
+            else:
+                self.for_range(shape[axis], step, unroll=unroll, name=f"e{axis}")
+
+        level(0)
+
+    # -- values
+    def tile(self, v: Value) -> Tile:
+        r = self.env.get(v)
+        if r is None:
+            raise BackendError(f"internal: value {v} has no lowering", loc=None)
+        return r
+
+    def idx(self, v: Value) -> Idx:
+        r = self.env[v]
+        assert isinstance(r, Idx)
+        return r
+
+    def materialize(self, t: Tile, owner: object = None, uniform: bool | None = None) -> Arr:
+        """Evaluate a recipe into a private array (arrays are returned as they are)."""
+        if isinstance(t, Arr) and (t.space == "private" or owner is None):
+            return t
+        uni = t.uniform if uniform is None else uniform
+        dst = self.new_array(t.dtype, t.shape, uni, owner)
+        self.copy(t, dst)
+        return dst
+
+    def copy(self, src: Tile, dst: Arr) -> None:
+        b = self.b
+        self.for_each(dst.shape, dst.uniform and src.uniform,
+                      lambda c, lane: dst.store(b, c, lane, src.load(b, c, lane)))
+
+    def lane_index(self, lane: ir.Value | None) -> ir.Value | None:
+        return lane
+
+    def idx_lane(self, i: Idx, lane: ir.Value | None) -> ir.Value:
+        """The scalar value of an index for one lane."""
+        if i.uniform:
+            return i.value
+        assert lane is not None
+        return self.b.extract_element(i.value, lane)
+
+    def splat(self, i: Idx) -> ir.Value:
+        if not i.uniform or self.lanes == 1:
+            return i.value
+        vec_t = ir.VectorType(I64, self.lanes)
+        undef = ir.Constant(vec_t, None)
+        v = self.b.insert_element(undef, i.value, c64(0))
+        return self.b.shuffle_vector(v, undef, ir.Constant(ir.VectorType(ir.IntType(32),
+                                                                          self.lanes), None))
+
+    def flag_error(self, cond: ir.Value, message: str) -> None:
+        """At run time, record `message` in the status word when `cond` holds."""
+        if message not in self.errors:
+            self.errors.append(message)
+        code = self.errors.index(message) + 1
+        b = self.b
+        if isinstance(cond.type, ir.VectorType):
+            fn = self.module.declare_intrinsic("llvm.vector.reduce.or", [cond.type])
+            cond = b.call(fn, [cond])
+        assert self.status is not None
+        with b.if_then(cond, likely=False):
+            b.store(ir.Constant(sc.I32, code), self.status)
+
+    def loc_of(self, op: Op) -> str:
+        return str(op.loc) if op.loc is not None else "?"
+
+
+def recipe(dtype: DType, shape: tuple[int, ...], operands: list[Tile], emit) -> Recipe:
+    leaves: list[Arr] = []
+    aligned = True
+    cost = 1
+    for o in operands:
+        leaves.extend(o.leaves())
+        aligned = aligned and o.aligned
+        cost += getattr(o, "cost", 0) if isinstance(o, Recipe) else 0
+    return Recipe(dtype, shape, all(o.uniform for o in operands), emit, tuple(leaves),
+                  aligned, cost)

@@ -1,0 +1,208 @@
+"""TileIR + CpuPlan → one LLVM module: a phase function per root `parallel`.
+
+A phase function `void phase(i8** args, i64 start, i64 end)` runs programs [start, end)
+of one root parallel. Programs are numbered in the plan's root-axis order
+(j = Σ c[π(t)] · Π_{u>t} d[π(u)]); a packet runs `lanes` consecutive programs side by side
+(one per vector lane) or one program vectorized within its tiles. Root-level effects
+outside any parallel form single-program phases; pure root values are recomputed in every
+phase that needs them. `args` holds the tensor base pointers, then an i32 status word that
+run-time errors (index out of range, division by zero) are written to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llvmlite import ir
+
+from tilenest.analysis.uses import UseInfo
+from tilenest.backends.cpu import scalars as sc
+from tilenest.backends.cpu.emitter import Emitter, c64
+from tilenest.backends.cpu.plan import CpuPlan, programs_per_packet
+from tilenest.backends.cpu.reprs import Idx
+from tilenest.backends.cpu.rules import lower_op, lower_ops
+from tilenest.errors import BackendError
+from tilenest.ir.core import Function, Op
+from tilenest.ir.dtypes import DType
+from tilenest.ir.ops import EFFECT, REGION, has_trait
+
+
+@dataclass
+class PhaseSpec:
+    name: str
+    programs: int
+    lanes: int
+
+
+@dataclass
+class LoweredModule:
+    llvm_ir: str
+    phases: list[PhaseSpec]
+    errors: list[str]
+    streamed_loads: int = 0
+
+
+@dataclass
+class Facts:
+    """What the rules may rely on, computed once per function and alias assumption."""
+
+    uses: UseInfo
+    vector_bits: int
+    assume_no_alias: bool
+    plan: CpuPlan
+    streamed: list[Op] = field(default_factory=list)
+
+    def packet_width(self, dtype: DType) -> int:
+        bits = 32 if dtype.bits < 32 else dtype.bits
+        return max(1, self.vector_bits // bits)
+
+    def may_stream(self, load: Op) -> bool:
+        """A load may read tensor memory in place when no store of this function can write
+        what it reads: its tensor is never stored to, and (unless the invocation proved the
+        arguments disjoint) no tensor is stored to at all."""
+        if not self.plan.stream_loads:
+            return False
+        stored = self.uses.stored_params
+        ok = load.operands[0] not in stored if self.assume_no_alias else not stored
+        if ok:
+            self.streamed.append(load)
+        return ok
+
+
+def _is_pure_root(op: Op) -> bool:
+    return not has_trait(op, EFFECT) and not has_trait(op, REGION) and op.name != "yield"
+
+
+def _bind_params(em: Emitter, fn: Function) -> None:
+    b = em.b
+    for i, p in enumerate(fn.params):
+        raw = b.load(b.gep(em.args_ptr, [c64(i)], inbounds=True))
+        em.params[p.value] = b.bitcast(raw, sc.memory_type(p.type.dtype).as_pointer())
+    raw = b.load(b.gep(em.args_ptr, [c64(len(fn.params))], inbounds=True))
+    em.status = b.bitcast(raw, sc.I32.as_pointer())
+
+
+def _lower_root_values(em: Emitter, fn: Function) -> None:
+    for op in fn.body.ops:
+        if _is_pure_root(op) and all(v in em.env or v.owner is None for v in op.operands):
+            lower_op(em, op)
+
+
+def _program_coords(em: Emitter, op: Op, j: ir.Value, lanes: int,
+                    order: tuple[int, ...]) -> list[Idx]:
+    """Unflatten program number(s) j into the root domain coordinates."""
+    b = em.b
+    domain = op.attrs["domain"]
+    extents = [e for _, e in domain]
+
+    def const(v: int) -> ir.Value:
+        if lanes == 1:
+            return c64(v)
+        return ir.Constant(ir.VectorType(sc.I64, lanes), [v] * lanes)
+
+    coords: list[Idx | None] = [None] * len(extents)
+    rem = j
+    for t in reversed(range(len(order))):
+        axis = order[t]
+        d = extents[axis]
+        value = b.urem(rem, const(d)) if t > 0 else rem
+        coords[axis] = Idx(value, lanes == 1, 0, d - 1)
+        if t > 0:
+            rem = b.udiv(rem, const(d))
+    return [c for c in coords if c is not None]
+
+
+def _packet_numbers(em: Emitter, j0: ir.Value, lanes: int) -> ir.Value:
+    """The program numbers of one packet; lanes past `end` repeat the last program (their
+    duplicate stores write the same values as the real program, so they are harmless)."""
+    if lanes == 1:
+        return j0
+    b = em.b
+    vec_t = ir.VectorType(sc.I64, lanes)
+    undef = ir.Constant(vec_t, None)
+    splat = b.shuffle_vector(b.insert_element(undef, j0, c64(0)), undef,
+                             ir.Constant(ir.VectorType(sc.I32, lanes), None))
+    j = b.add(splat, ir.Constant(vec_t, list(range(lanes))))
+    last = b.sub(em.end, c64(1))
+    last_v = b.shuffle_vector(b.insert_element(undef, last, c64(0)), undef,
+                              ir.Constant(ir.VectorType(sc.I32, lanes), None))
+    return b.select(b.icmp_signed("<", j, last_v), j, last_v)
+
+
+def _emit_parallel_phase(module: ir.Module, name: str, fn: Function, op: Op, plan: CpuPlan,
+                         facts: Facts, errors: list[str], packet_width: int) -> PhaseSpec:
+    lanes = programs_per_packet(plan, packet_width)
+    em = Emitter(module, name, plan, lanes, facts, errors)
+    _bind_params(em, fn)
+    _lower_root_values(em, fn)
+    domain = op.attrs["domain"]
+    order = plan.root_axis_order or tuple(range(len(domain)))
+    if len(order) != len(domain):
+        order = tuple(range(len(domain)))
+    programs = 1
+    for _, e in domain:
+        programs *= e
+    body = op.body
+
+    def packet(j0: ir.Value) -> None:
+        j = _packet_numbers(em, j0, lanes)
+        for arg, c in zip(body.args, _program_coords(em, op, j, lanes, order), strict=True):
+            em.env[arg] = c
+        lower_ops(em, body.ops)
+
+    em.loop(em.start, em.end, packet, step=lanes, name="prog")
+    em.finish()
+    return PhaseSpec(name, programs, lanes)
+
+
+def _emit_root_phase(module: ir.Module, name: str, fn: Function, ops: list[Op],
+                     plan: CpuPlan, facts: Facts, errors: list[str]) -> PhaseSpec:
+    em = Emitter(module, name, plan, 1, facts, errors)
+    _bind_params(em, fn)
+    _lower_root_values(em, fn)
+    for op in ops:
+        lower_op(em, op)
+    em.finish()
+    return PhaseSpec(name, 1, 1)
+
+
+def lower_function(fn: Function, plan: CpuPlan, vector_bits: int, *,
+                   assume_no_alias: bool) -> LoweredModule:
+    """The LLVM IR of a function under a plan (streaming loads only under `assume_no_alias`,
+    which the launcher checks at every invocation)."""
+    module = ir.Module(name=fn.name)
+    facts = Facts(UseInfo.of(fn), vector_bits, assume_no_alias, plan)
+    errors: list[str] = []
+    phases: list[PhaseSpec] = []
+    pending: list[Op] = []
+    packet_width = max(1, vector_bits // 32)
+
+    def flush() -> None:
+        if pending:
+            name = f"{fn.name}_phase{len(phases)}"
+            phases.append(_emit_root_phase(module, name, fn, list(pending), plan, facts,
+                                           errors))
+            pending.clear()
+
+    for op in fn.body.ops:
+        if op.name == "parallel":
+            flush()
+            name = f"{fn.name}_phase{len(phases)}"
+            phases.append(_emit_parallel_phase(module, name, fn, op, plan, facts, errors,
+                                               packet_width))
+        elif not _is_pure_root(op):
+            _check_root_effect(fn, op)
+            pending.append(op)
+    flush()
+    return LoweredModule(str(module), phases, errors, len(facts.streamed))
+
+
+def _check_root_effect(fn: Function, op: Op) -> None:
+    """Root effects run as a single program; their results cannot feed a later phase."""
+    uses = UseInfo.of(fn)
+    for r in op.results:
+        for user in uses.users(r):
+            if user.parent is not fn.body:
+                raise BackendError(
+                    f"the cpu backend cannot pass the result of a root-level '{op.name}' into "
+                    f"a parallel region; load it inside the region instead", loc=op.loc)

@@ -1,0 +1,93 @@
+"""`CpuPlan`: every realization choice of the CPU backend, as one frozen record.
+
+Defaults come from a simple rule (`default_plan`) until the planner searches them. A plan
+that cannot be realized raises a `BackendError` naming the field; it never silently
+changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from tilenest.errors import BackendError
+from tilenest.ir.core import Function, Op
+
+MATRIX_ATOMS = ("ordered", "microkernel")
+
+
+@dataclass(frozen=True)
+class CpuPlan:
+    root_axis_order: tuple[int, ...] | None = None  # permutation of root parallel axes, outer first
+    block_size: int = 1              # programs per block (a multiple of the packet's programs)
+    local_lanes: int = 0             # W: one program per packet; 1: one program per lane; 0: W
+    blocks_per_task: int = 1         # blocks one worker takes at a time
+    reduction_partitions: int = 4    # partial accumulators of closed unordered reductions
+    max_unrolled_tile_elements: int = 64
+    fuse_elementwise: bool = True    # single-use pure producers fuse into their consumer
+    stream_loads: bool = True        # loads without later aliasing stores read in place
+    matrix_atom: str = "microkernel"  # "ordered" loop nest, or register-blocked "microkernel"
+    microkernel_rows: int = 4
+    num_threads: int = 0             # 0: the runtime's default pool
+    allow_fma: bool = False          # numerical policy: FMA contraction only when allowed
+
+    def with_(self, **changes: Any) -> CpuPlan:
+        return replace(self, **changes)
+
+    def describe(self) -> str:
+        parts = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)]
+        return "CpuPlan(" + ", ".join(parts) + ")"
+
+
+def _fail(field: str, why: str) -> BackendError:
+    return BackendError(f"CpuPlan.{field}: {why}", loc=None)
+
+
+def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
+    """Raise when the plan cannot be realized for this function on this target."""
+    if plan.local_lanes not in (0, 1, packet_width):
+        raise _fail("local_lanes", f"must be 1 (one program per lane) or {packet_width} (one "
+                                   f"program per packet); got {plan.local_lanes}")
+    if not 1 <= plan.reduction_partitions <= 16:
+        raise _fail("reduction_partitions", f"must be in 1..16, got {plan.reduction_partitions}")
+    if plan.block_size < 1:
+        raise _fail("block_size", f"must be >= 1, got {plan.block_size}")
+    if plan.blocks_per_task < 1:
+        raise _fail("blocks_per_task", f"must be >= 1, got {plan.blocks_per_task}")
+    if plan.max_unrolled_tile_elements < 0:
+        raise _fail("max_unrolled_tile_elements", "must be >= 0")
+    if plan.matrix_atom not in MATRIX_ATOMS:
+        raise _fail("matrix_atom", f"must be one of {MATRIX_ATOMS}, got {plan.matrix_atom!r}")
+    if plan.microkernel_rows < 1:
+        raise _fail("microkernel_rows", "must be >= 1")
+    lanes = programs_per_packet(plan, packet_width)
+    if plan.block_size % lanes:
+        raise _fail("block_size", f"{plan.block_size} is not a multiple of the {lanes} "
+                                  f"programs of a packet")
+    for op in root_parallels(fn):
+        rank = len(op.attrs["domain"])
+        order = plan.root_axis_order
+        if order is not None and sorted(order) != list(range(rank)):
+            raise _fail("root_axis_order", f"{order} is not a permutation of the {rank} root "
+                                           f"axes of the parallel at {op.loc}")
+
+
+def programs_per_packet(plan: CpuPlan, packet_width: int) -> int:
+    """Programs that run side by side in one packet (one per lane, or one per packet)."""
+    return packet_width if plan.local_lanes == 1 and packet_width > 1 else 1
+
+
+def root_parallels(fn: Function) -> list[Op]:
+    return [op for op in fn.body.ops if op.name == "parallel"]
+
+
+def default_plan(fn: Function, packet_width: int, workers: int) -> CpuPlan:
+    """A simple rule: program-per-packet, blocks sized for ~4 tasks per worker."""
+    programs = 1
+    for op in root_parallels(fn):
+        n = 1
+        for _, e in op.attrs["domain"]:
+            n *= e
+        programs = max(programs, n)
+    block = max(1, programs // max(1, 4 * workers))
+    return CpuPlan(block_size=block, local_lanes=packet_width)

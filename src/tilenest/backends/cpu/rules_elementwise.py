@@ -1,0 +1,202 @@
+"""Pure tile ops: constants, iota, elementwise math, casts, relayouts, extraction.
+
+Each produces a `Recipe`; `bind` keeps it for fusion into the single consumer in the same
+region, or materializes it once (several consumers, a consumer in a deeper loop, or an
+`mma` that reads operands many times).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from tilenest.backends.cpu import scalars as sc
+from tilenest.backends.cpu.emitter import Emitter, c64, recipe
+from tilenest.backends.cpu.reprs import Arr, Recipe, Tile
+from tilenest.backends.cpu.rules import lowering
+from tilenest.ir.core import Op, Value
+from tilenest.ir.ops import BINARY_KINDS, COMPARISONS, UNARY_KINDS
+from tilenest.ir.types import TileType
+
+# Consumers that read each operand element more than once: never fuse into them.
+_REREADING = frozenset({"mma", "map", "reduce", "serial", "pipeline", "parallel"})
+
+
+def bind(em: Emitter, v: Value, r: Tile) -> None:
+    """Keep a recipe for fusion when that is free of recomputation, else materialize it."""
+    if isinstance(r, Recipe):
+        user = em.facts.uses.single_local_use(v)
+        fusable = (em.plan.fuse_elementwise and user is not None
+                   and user.name not in _REREADING)
+        if not fusable and (r.shape != () or r.cost > 1):
+            r = em.materialize(r, owner=v)
+    em.env[v] = r
+
+
+def _tile_type(v: Value) -> TileType:
+    t = v.type
+    assert isinstance(t, TileType)
+    return t
+
+
+@lowering("full")
+def _full(em: Emitter, op: Op) -> None:
+    t = _tile_type(op.result)
+    value = sc.const(t.dtype, op.attrs["value"])
+    if t.dtype.name in ("f16", "bf16"):
+        # Constants of half types are rounded once, at compile time, like the reference.
+        import numpy as np
+
+        if t.dtype.name == "f16":
+            value = ir.Constant(sc.F32, float(np.float16(op.attrs["value"])))
+        else:
+            from tilenest.backends.reference.numerics import round_to_bf16
+
+            value = ir.Constant(sc.F32, float(round_to_bf16(np.array(
+                [op.attrs["value"]], np.float64))[0]))
+    em.env[op.result] = Recipe(t.dtype, t.shape, True, lambda b, c, lane: value)
+
+
+@lowering("arange")
+def _arange(em: Emitter, op: Op) -> None:
+    t = _tile_type(op.result)
+    from tilenest.ir.dtypes import i64
+
+    def emit(b: ir.IRBuilder, coords: list[ir.Value], lane: ir.Value | None) -> ir.Value:
+        return sc.cast(b, i64, t.dtype, coords[0])
+
+    bind(em, op.result, Recipe(t.dtype, t.shape, True, emit))
+
+
+def _elementwise(em: Emitter, op: Op, scalar) -> None:
+    ins = [em.tile(v) for v in op.operands]
+    t = _tile_type(op.result)
+
+    def emit(b: ir.IRBuilder, coords: list[ir.Value], lane: ir.Value | None) -> ir.Value:
+        return scalar(b, [x.load(b, coords, lane) for x in ins])
+
+    bind(em, op.result, recipe(t.dtype, t.shape, ins, emit))
+
+
+def _binary_rule(name: str):
+    def rule(em: Emitter, op: Op) -> None:
+        dtype = _tile_type(op.operands[0]).dtype
+        fn = sc.BINARY[name]
+        _elementwise(em, op, lambda b, xs: fn(b, dtype, xs[0], xs[1]))
+
+    return rule
+
+
+def _compare_rule(pred: str):
+    def rule(em: Emitter, op: Op) -> None:
+        dtype = _tile_type(op.operands[0]).dtype
+        _elementwise(em, op, lambda b, xs: sc.compare(b, pred, dtype, xs[0], xs[1]))
+
+    return rule
+
+
+def _unary_rule(name: str):
+    def rule(em: Emitter, op: Op) -> None:
+        dtype = _tile_type(op.operands[0]).dtype
+        _elementwise(em, op, lambda b, xs: sc.unary(b, name, dtype, xs[0]))
+
+    return rule
+
+
+for _n in BINARY_KINDS:
+    lowering(_n)(_binary_rule(_n))
+for _n in COMPARISONS:
+    lowering(_n)(_compare_rule(_n))
+for _n in UNARY_KINDS:
+    lowering(_n)(_unary_rule(_n))
+
+
+@lowering("where")
+def _where(em: Emitter, op: Op) -> None:
+    _elementwise(em, op, lambda b, xs: b.select(xs[0], xs[1], xs[2]))
+
+
+@lowering("cast")
+def _cast(em: Emitter, op: Op) -> None:
+    src = _tile_type(op.operands[0]).dtype
+    dst = _tile_type(op.result).dtype
+    _elementwise(em, op, lambda b, xs: sc.cast(b, src, dst, xs[0]))
+
+
+@lowering("broadcast")
+def _broadcast(em: Emitter, op: Op) -> None:
+    x = em.tile(op.operands[0])
+    src_t, dst_t = _tile_type(op.operands[0]), _tile_type(op.result)
+    axes: tuple[int | None, ...] = op.attrs["src_axes"]
+    identity = axes == tuple(range(src_t.rank)) and src_t.shape == dst_t.shape
+    if isinstance(x, Arr):
+        strides = tuple(0 if a is None or src_t.shape[a] == 1 else x.strides[a] for a in axes)
+        em.env[op.result] = Arr(x.ptr, x.dtype, dst_t.shape, strides, x.lane_stride,
+                                x.offset, x.space, x.owner if identity else None)
+        return
+    sources: list[int | None] = [None] * src_t.rank
+    for r, a in enumerate(axes):
+        if a is not None and src_t.shape[a] != 1:
+            sources[a] = r
+
+    def emit(b: ir.IRBuilder, coords: list[ir.Value], lane: ir.Value | None) -> ir.Value:
+        src = [c64(0) if r is None else coords[r] for r in sources]
+        return x.load(b, src, lane)
+
+    r = Recipe(x.dtype, dst_t.shape, x.uniform, emit, x.leaves(), x.aligned and identity,
+               x.cost)
+    em.env[op.result] = r
+
+
+def _clamp(em: Emitter, i: ir.Value, extent: int, what: str) -> ir.Value:
+    b = em.b
+    bad = b.or_(b.icmp_signed("<", i, c64(0)), b.icmp_signed(">=", i, c64(extent)))
+    em.flag_error(bad, what)
+    return b.select(bad, c64(0), i)
+
+
+@lowering("extract")
+def _extract(em: Emitter, op: Op) -> None:
+    x = em.tile(op.operands[0])
+    t = _tile_type(op.operands[0])
+    idxs = [em.idx(v) for v in op.operands[1:]]
+    where = f"extract index out of range at {em.loc_of(op)}"
+    uniform = x.uniform and all(i.uniform for i in idxs)
+    if all(i.uniform for i in idxs):
+        coords = [i.value if i.bounded() and 0 <= i.lo and i.hi < e else
+                  _clamp(em, i.value, e, where) for i, e in zip(idxs, t.shape, strict=True)]
+        r = Recipe(x.dtype, (), uniform, lambda b, c, lane: x.load(b, coords, lane),
+                   x.leaves(), False)
+        em.env[op.result] = em.materialize(r, owner=op.result)
+        return
+
+    def emit(b: ir.IRBuilder, c: list[ir.Value], lane: ir.Value | None) -> ir.Value:
+        cs = []
+        for i, e in zip(idxs, t.shape, strict=True):
+            v = em.idx_lane(i, lane)
+            bad = b.or_(b.icmp_signed("<", v, c64(0)), b.icmp_signed(">=", v, c64(e)))
+            cs.append(b.select(bad, c64(0), v))
+        return x.load(b, cs, lane)
+
+    em.env[op.result] = em.materialize(Recipe(x.dtype, (), False, emit, x.leaves(), False),
+                                       owner=op.result)
+
+
+@lowering("take")
+def _take(em: Emitter, op: Op) -> None:
+    x = em.tile(op.operands[0])
+    i = em.idx(op.operands[1])
+    axis: int = op.attrs["axis"]
+    t = _tile_type(op.result)
+    if isinstance(x, Arr) and i.uniform:
+        off = em.b.mul(i.value, c64(x.strides[axis]))
+        if x.offset is not None:
+            off = em.b.add(off, x.offset)
+        strides = x.strides[:axis] + x.strides[axis + 1:]
+        em.env[op.result] = Arr(x.ptr, x.dtype, t.shape, strides, x.lane_stride, off, x.space)
+        return
+
+    def emit(b: ir.IRBuilder, coords: list[ir.Value], lane: ir.Value | None) -> ir.Value:
+        return x.load(b, coords[:axis] + [em.idx_lane(i, lane)] + coords[axis:], lane)
+
+    r = Recipe(x.dtype, t.shape, x.uniform and i.uniform, emit, x.leaves(), False, x.cost)
+    bind(em, op.result, r)

@@ -1,0 +1,143 @@
+"""Index arithmetic with static intervals (used to prove accesses in bounds)."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from tilenest.backends.cpu import scalars as sc
+from tilenest.backends.cpu.emitter import Emitter, c64
+from tilenest.backends.cpu.reprs import Idx, Recipe
+from tilenest.backends.cpu.rules import lowering
+from tilenest.ir.core import Op
+
+I64 = sc.I64
+
+
+def _operands(em: Emitter, op: Op) -> tuple[Idx, Idx, ir.Value, ir.Value, bool]:
+    a, b = em.idx(op.operands[0]), em.idx(op.operands[1])
+    uniform = a.uniform and b.uniform
+    if uniform:
+        return a, b, a.value, b.value, True
+    return a, b, em.splat(a), em.splat(b), False
+
+
+def _interval(lo: int | None, hi: int | None) -> tuple[int | None, int | None]:
+    return lo, hi
+
+
+def _combine(a: Idx, b: Idx, fn) -> tuple[int | None, int | None]:
+    if not (a.bounded() and b.bounded()):
+        return None, None
+    corners = [fn(x, y) for x in (a.lo, a.hi) for y in (b.lo, b.hi)]
+    return min(corners), max(corners)
+
+
+@lowering("index.const")
+def _const(em: Emitter, op: Op) -> None:
+    v = op.attrs["value"]
+    em.env[op.result] = Idx(c64(v), True, v, v)
+
+
+@lowering("index.add")
+def _add(em: Emitter, op: Op) -> None:
+    a, b, x, y, u = _operands(em, op)
+    em.env[op.result] = Idx(em.b.add(x, y), u, *_combine(a, b, lambda p, q: p + q))
+
+
+@lowering("index.sub")
+def _sub(em: Emitter, op: Op) -> None:
+    a, b, x, y, u = _operands(em, op)
+    em.env[op.result] = Idx(em.b.sub(x, y), u, *_combine(a, b, lambda p, q: p - q))
+
+
+@lowering("index.mul")
+def _mul(em: Emitter, op: Op) -> None:
+    a, b, x, y, u = _operands(em, op)
+    em.env[op.result] = Idx(em.b.mul(x, y), u, *_combine(a, b, lambda p, q: p * q))
+
+
+@lowering("index.min")
+def _min(em: Emitter, op: Op) -> None:
+    a, b, x, y, u = _operands(em, op)
+    v = em.b.select(em.b.icmp_signed("<=", x, y), x, y)
+    em.env[op.result] = Idx(v, u, *_combine(a, b, min))
+
+
+@lowering("index.max")
+def _max(em: Emitter, op: Op) -> None:
+    a, b, x, y, u = _operands(em, op)
+    v = em.b.select(em.b.icmp_signed(">=", x, y), x, y)
+    em.env[op.result] = Idx(v, u, *_combine(a, b, max))
+
+
+def _const_like(x: ir.Value, v: int) -> ir.Constant:
+    return ir.Constant(x.type, [v] * x.type.count) if isinstance(x.type, ir.VectorType) \
+        else ir.Constant(x.type, v)
+
+
+def _divisor(em: Emitter, y: ir.Value) -> ir.Value:
+    """Division by zero flags an error (the reference raises) and divides by one instead."""
+    b = em.b
+    zero = b.icmp_signed("==", y, _const_like(y, 0))
+    em.flag_error(zero, "index division by zero")
+    return b.select(zero, _const_like(y, 1), y)
+
+
+@lowering("index.floordiv")
+def _floordiv(em: Emitter, op: Op) -> None:
+    a, bi, x, y, u = _operands(em, op)
+    b = em.b
+    y = _divisor(em, y)
+    q = b.sdiv(x, y)
+    r = b.srem(x, y)
+    adjust = b.and_(b.icmp_signed("!=", r, _const_like(r, 0)),
+                    b.xor(b.icmp_signed("<", r, _const_like(r, 0)),
+                          b.icmp_signed("<", y, _const_like(y, 0))))
+    q = b.sub(q, b.zext(adjust, q.type))
+    lo = hi = None
+    if a.bounded() and bi.bounded() and bi.lo > 0:
+        lo, hi = _combine(a, bi, lambda p, q_: p // q_)
+    em.env[op.result] = Idx(q, u, lo, hi)
+
+
+@lowering("index.mod")
+def _mod(em: Emitter, op: Op) -> None:
+    a, bi, x, y, u = _operands(em, op)
+    b = em.b
+    y = _divisor(em, y)
+    r = b.srem(x, y)
+    adjust = b.and_(b.icmp_signed("!=", r, _const_like(r, 0)),
+                    b.xor(b.icmp_signed("<", r, _const_like(r, 0)),
+                          b.icmp_signed("<", y, _const_like(y, 0))))
+    r = b.select(adjust, b.add(r, y), r)
+    lo = hi = None
+    if bi.bounded() and bi.lo > 0:
+        lo, hi = 0, bi.hi - 1
+        if a.bounded() and a.lo >= 0 and a.hi < bi.lo:
+            lo, hi = a.lo, a.hi
+    em.env[op.result] = Idx(r, u, lo, hi)
+
+
+@lowering("index.cmp")
+def _cmp(em: Emitter, op: Op) -> None:
+    a, b = em.idx(op.operands[0]), em.idx(op.operands[1])
+    pred = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[
+        op.attrs["pred"]]
+
+    def emit(bld: ir.IRBuilder, coords: list[ir.Value], lane: ir.Value | None) -> ir.Value:
+        return bld.icmp_signed(pred, em.idx_lane(a, lane), em.idx_lane(b, lane))
+
+    t = op.result.type
+    em.env[op.result] = Recipe(t.dtype, (), a.uniform and b.uniform, emit)
+
+
+@lowering("index.to_tile")
+def _to_tile(em: Emitter, op: Op) -> None:
+    a = em.idx(op.operands[0])
+    dtype = op.result.type.dtype
+    from tilenest.ir.dtypes import i64
+
+    def emit(bld: ir.IRBuilder, coords: list[ir.Value], lane: ir.Value | None) -> ir.Value:
+        return sc.cast(bld, i64, dtype, em.idx_lane(a, lane))
+
+    em.env[op.result] = Recipe(dtype, (), a.uniform, emit)

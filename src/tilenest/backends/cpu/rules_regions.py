@@ -1,0 +1,92 @@
+"""Region ops inside a program: nested parallel, serial, pipeline, map, stage.
+
+Nested `parallel` instances run one after another inside their program (any order is
+legal). `pipeline` is an ordered loop whose stages are source-order phase cuts; no
+physical overlap is claimed on the CPU.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from tilenest.backends.cpu.carries import Carries, domain_loop
+from tilenest.backends.cpu.emitter import Emitter
+from tilenest.backends.cpu.reprs import Idx, Recipe
+from tilenest.backends.cpu.rules import lower_ops, lowering
+from tilenest.ir.core import Op
+from tilenest.ir.types import TileType
+
+
+@lowering("stage")
+def _stage(em: Emitter, op: Op) -> None:
+    return None
+
+
+@lowering("parallel")
+def _parallel(em: Emitter, op: Op) -> None:
+    body = op.body
+
+    def iteration(indices: list[Idx]) -> None:
+        for arg, i in zip(body.args, indices, strict=False):
+            em.env[arg] = i
+        lower_ops(em, body.ops)
+
+    domain_loop(em, op.attrs["domain"], iteration)
+
+
+def ordered_loop(em: Emitter, op: Op, reverse: bool = False) -> None:
+    """serial / pipeline / strict reduce: carried values in a (reverse) lexicographic loop."""
+    body = op.body
+    n_idx = len(op.attrs["domain"])
+    carries = Carries(em, op, list(range(len(op.operands))))
+    carry_args = body.args[n_idx:]
+
+    def iteration(indices: list[Idx]) -> None:
+        for arg, i in zip(body.args[:n_idx], indices, strict=True):
+            em.env[arg] = i
+        carries.bind_args(carry_args)
+        lower_ops(em, body.ops)
+        term = body.terminator
+        assert term is not None
+        carries.update({pos: em.tile(v) for pos, v in enumerate(term.operands)})
+
+    domain_loop(em, op.attrs["domain"], iteration, reverse=reverse)
+    for pos, arr in carries.results().items():
+        arr.owner = op.results[pos]
+        em.env[op.results[pos]] = arr
+
+
+@lowering("serial", "pipeline")
+def _serial(em: Emitter, op: Op) -> None:
+    ordered_loop(em, op)
+
+
+@lowering("map")
+def _map(em: Emitter, op: Op) -> None:
+    """One loop over the layout; the scalar body is emitted inside it for each element."""
+    ins = [em.tile(v) for v in op.operands]
+    first = op.operands[0].type
+    assert isinstance(first, TileType)
+    uniform = all(x.uniform for x in ins)
+    outs = []
+    for r in op.results:
+        t = r.type
+        assert isinstance(t, TileType)
+        outs.append(em.new_array(t.dtype, t.shape, uniform, owner=r))
+    body = op.body
+    b = em.b
+
+    def element(coords: list[ir.Value], lane: ir.Value | None) -> None:
+        for arg, x in zip(body.args, ins, strict=True):
+            value = x.load(b, coords, lane)
+            em.env[arg] = Recipe(x.dtype, (), True, lambda bb, c, ln, v=value: v)
+        lower_ops(em, body.ops)
+        term = body.terminator
+        assert term is not None
+        for out, v in zip(outs, term.operands, strict=True):
+            out.store(b, coords, lane, em.tile(v).load(b, [], None))
+
+    em.for_each(first.shape, uniform, element)
+    for r, out in zip(op.results, outs, strict=True):
+        em.env[r] = out
+

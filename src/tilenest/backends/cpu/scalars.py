@@ -1,0 +1,335 @@
+"""Element-level code: LLVM types of tilenest dtypes and the scalar op of every TileIR op.
+
+In registers, bool is i1, i32/u32 are i32, i64/u64 are i64, f16/bf16/f32 are float and f64
+is double. f16 and bf16 values live in float registers and are rounded to their type after
+every op (fptrunc/fpext for f16, round-to-nearest-even on the bits for bf16), which is
+exactly the reference interpreter's native semantics. No op carries fast-math flags, so
+LLVM never contracts a multiply and an add into an FMA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llvmlite import ir
+
+from tilenest.errors import BackendError
+from tilenest.ir.dtypes import DType
+
+I1, I8, I16, I32, I64 = (ir.IntType(b) for b in (1, 8, 16, 32, 64))
+F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
+
+
+def reg_type(dtype: DType) -> ir.Type:
+    """The LLVM type a value of `dtype` has in registers."""
+    if dtype.is_bool:
+        return I1
+    if dtype.is_int:
+        return I32 if dtype.bits == 32 else I64
+    return F64 if dtype.bits == 64 else F32
+
+
+def storage_type(dtype: DType) -> ir.Type:
+    """The element type of private (compiler-owned) arrays."""
+    return I8 if dtype.is_bool else reg_type(dtype)
+
+
+def memory_type(dtype: DType) -> ir.Type:
+    """The element type of tensor memory (what numpy/torch store)."""
+    if dtype.is_bool:
+        return I8
+    if dtype.name == "f16":
+        return F16
+    if dtype.name == "bf16":
+        return I16
+    return reg_type(dtype)
+
+
+def const(dtype: DType, value: bool | int | float) -> ir.Constant:
+    t = reg_type(dtype)
+    if dtype.is_bool:
+        return ir.Constant(t, int(bool(value)))
+    if dtype.is_int:
+        bits = t.width
+        v = int(value) & ((1 << bits) - 1)
+        return ir.Constant(t, v)
+    return ir.Constant(t, float(value))
+
+
+# ---------------------------------------------------------------------------- rounding
+
+
+def round_f16(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return b.fpext(b.fptrunc(x, F16), F32)
+
+
+def bf16_bits(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """Round a float to bf16 (nearest even; NaN stays a quiet NaN); the high 16 bits."""
+    if x.type == F64:
+        x = b.fptrunc(x, F32)
+    u = b.bitcast(x, I32)
+    lsb = b.and_(b.lshr(u, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+    rounded = b.add(u, b.add(ir.Constant(I32, 0x7FFF), lsb))
+    quiet = b.or_(u, ir.Constant(I32, 0x00400000))
+    is_nan = b.fcmp_unordered("uno", x, x)
+    bits = b.select(is_nan, quiet, rounded)
+    return b.trunc(b.lshr(bits, ir.Constant(I32, 16)), I16)
+
+
+def bf16_to_float(b: ir.IRBuilder, bits16: ir.Value) -> ir.Value:
+    return b.bitcast(b.shl(b.zext(bits16, I32), ir.Constant(I32, 16)), F32)
+
+
+def round_bf16(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return bf16_to_float(b, bf16_bits(b, x))
+
+
+def round_to(b: ir.IRBuilder, dtype: DType, x: ir.Value) -> ir.Value:
+    """Round a float register value to `dtype` (a no-op for f32/f64 and non-floats)."""
+    if dtype.name == "f16":
+        return round_f16(b, x)
+    if dtype.name == "bf16":
+        return round_bf16(b, x)
+    return x
+
+
+# ---------------------------------------------------------------------------- memory <-> regs
+
+
+def from_memory(b: ir.IRBuilder, dtype: DType, v: ir.Value) -> ir.Value:
+    if dtype.is_bool:
+        return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+    if dtype.name == "f16":
+        return b.fpext(v, F32)
+    if dtype.name == "bf16":
+        return bf16_to_float(b, v)
+    return v
+
+
+def to_memory(b: ir.IRBuilder, dtype: DType, v: ir.Value) -> ir.Value:
+    if dtype.is_bool:
+        return b.zext(v, I8)
+    if dtype.name == "f16":
+        return b.fptrunc(v, F16)
+    if dtype.name == "bf16":
+        return bf16_bits(b, v)
+    return v
+
+
+def from_storage(b: ir.IRBuilder, dtype: DType, v: ir.Value) -> ir.Value:
+    return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if dtype.is_bool else v
+
+
+def to_storage(b: ir.IRBuilder, dtype: DType, v: ir.Value) -> ir.Value:
+    return b.zext(v, I8) if dtype.is_bool else v
+
+
+# ---------------------------------------------------------------------------- casts
+
+
+def cast(b: ir.IRBuilder, src: DType, dst: DType, v: ir.Value) -> ir.Value:
+    """Convert a register value between dtypes with numpy's semantics (float→int truncates)."""
+    if src == dst:
+        return v
+    st, dt_ = reg_type(src), reg_type(dst)
+    if dst.is_bool:
+        if src.is_float:
+            return b.fcmp_unordered("une", v, ir.Constant(st, 0.0))
+        return b.icmp_unsigned("!=", v, ir.Constant(st, 0))
+    if src.is_bool:
+        if dst.is_float:
+            return round_to(b, dst, b.uitofp(v, dt_))
+        return b.zext(v, dt_)
+    if src.is_int and dst.is_int:
+        if st.width == dt_.width:
+            return v
+        if st.width > dt_.width:
+            return b.trunc(v, dt_)
+        return b.sext(v, dt_) if src.kind == "int" else b.zext(v, dt_)
+    if src.is_int and dst.is_float:
+        conv = b.sitofp(v, dt_) if src.kind == "int" else b.uitofp(v, dt_)
+        if dst.name in ("f16", "bf16") and st.width == 64:
+            conv = b.fptrunc(b.sitofp(v, F64) if src.kind == "int" else b.uitofp(v, F64), F32)
+        return round_to(b, dst, conv)
+    if src.is_float and dst.is_int:
+        return b.fptosi(v, dt_) if dst.kind == "int" else b.fptoui(v, dt_)
+    # float -> float
+    if dst.name == "f16":
+        return b.fpext(b.fptrunc(v, F16), F32)
+    if dst.name == "bf16":
+        return round_bf16(b, v)
+    if st == dt_:
+        return v
+    return b.fpext(v, dt_) if dt_ == F64 else b.fptrunc(v, dt_)
+
+
+# ---------------------------------------------------------------------------- binary ops
+
+Binary = Callable[[ir.IRBuilder, DType, ir.Value, ir.Value], ir.Value]
+BINARY: dict[str, Binary] = {}
+
+
+def binary(name: str) -> Callable[[Binary], Binary]:
+    def deco(fn: Binary) -> Binary:
+        BINARY[name] = fn
+        return fn
+
+    return deco
+
+
+def _rounded(fn: Callable[[ir.IRBuilder, ir.Value, ir.Value], ir.Value],
+             ifn: Callable[[ir.IRBuilder, ir.Value, ir.Value], ir.Value] | None) -> Binary:
+    def emit(b: ir.IRBuilder, dtype: DType, x: ir.Value, y: ir.Value) -> ir.Value:
+        if dtype.is_float:
+            return round_to(b, dtype, fn(b, x, y))
+        if ifn is None:
+            raise BackendError(f"no integer form for this op on {dtype}", loc=None)
+        return ifn(b, x, y)
+
+    return emit
+
+
+BINARY["add"] = _rounded(lambda b, x, y: b.fadd(x, y), lambda b, x, y: b.add(x, y))
+BINARY["sub"] = _rounded(lambda b, x, y: b.fsub(x, y), lambda b, x, y: b.sub(x, y))
+BINARY["mul"] = _rounded(lambda b, x, y: b.fmul(x, y), lambda b, x, y: b.mul(x, y))
+BINARY["div"] = _rounded(lambda b, x, y: b.fdiv(x, y), None)
+BINARY["and"] = lambda b, d, x, y: b.and_(x, y)
+BINARY["or"] = lambda b, d, x, y: b.or_(x, y)
+BINARY["xor"] = lambda b, d, x, y: b.xor(x, y)
+
+
+def _safe_divisor(b: ir.IRBuilder, y: ir.Value) -> tuple[ir.Value, ir.Value]:
+    zero = b.icmp_signed("==", y, ir.Constant(y.type, 0))
+    return zero, b.select(zero, ir.Constant(y.type, 1), y)
+
+
+@binary("floordiv")
+def _floordiv(b: ir.IRBuilder, dtype: DType, x: ir.Value, y: ir.Value) -> ir.Value:
+    if dtype.is_float:
+        return round_to(b, dtype, _float_floordiv(b, x, y))
+    zero, ys = _safe_divisor(b, y)
+    if dtype.kind == "uint":
+        q = b.udiv(x, ys)
+    else:
+        minus_one = b.icmp_signed("==", ys, ir.Constant(y.type, -1))
+        ys = b.select(minus_one, ir.Constant(y.type, 1), ys)
+        q0 = b.sdiv(x, ys)
+        r = b.srem(x, ys)
+        adjust = b.and_(b.icmp_signed("!=", r, ir.Constant(r.type, 0)),
+                        b.xor(b.icmp_signed("<", r, ir.Constant(r.type, 0)),
+                              b.icmp_signed("<", ys, ir.Constant(r.type, 0))))
+        q = b.sub(q0, b.zext(adjust, q0.type))
+        q = b.select(minus_one, b.sub(ir.Constant(x.type, 0), x), q)
+    return b.select(zero, ir.Constant(x.type, 0), q)
+
+
+@binary("mod")
+def _mod(b: ir.IRBuilder, dtype: DType, x: ir.Value, y: ir.Value) -> ir.Value:
+    if dtype.is_float:
+        return round_to(b, dtype, _float_mod(b, x, y))
+    zero, ys = _safe_divisor(b, y)
+    if dtype.kind == "uint":
+        r = b.urem(x, ys)
+    else:
+        minus_one = b.icmp_signed("==", ys, ir.Constant(y.type, -1))
+        ys = b.select(minus_one, ir.Constant(y.type, 1), ys)
+        r0 = b.srem(x, ys)
+        adjust = b.and_(b.icmp_signed("!=", r0, ir.Constant(r0.type, 0)),
+                        b.xor(b.icmp_signed("<", r0, ir.Constant(r0.type, 0)),
+                              b.icmp_signed("<", ys, ir.Constant(r0.type, 0))))
+        r = b.select(adjust, b.add(r0, ys), r0)
+    return b.select(zero, ir.Constant(x.type, 0), r)
+
+
+def _float_mod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    # numpy: r = fmod(x, y); if r != 0 and sign(r) != sign(y): r += y; if r == 0: copysign(0, y)
+    r = b.frem(x, y)
+    zero = ir.Constant(x.type, 0.0)
+    nonzero = b.fcmp_ordered("!=", r, zero)
+    differ = b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero))
+    r2 = b.select(b.and_(nonzero, differ), b.fadd(r, y), r)
+    signed_zero = _copysign(b, zero, y)
+    return b.select(nonzero, r2, signed_zero)
+
+
+def _float_floordiv(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    # numpy's npy_divmod: div = (x - fmod(x, y)) / y, adjusted, then floored with rounding fix.
+    mod = b.frem(x, y)
+    zero = ir.Constant(x.type, 0.0)
+    div = b.fdiv(b.fsub(x, mod), y)
+    nonzero = b.fcmp_ordered("!=", mod, zero)
+    differ = b.xor(b.fcmp_ordered("<", y, zero), b.fcmp_ordered("<", mod, zero))
+    div = b.select(b.and_(nonzero, differ), b.fsub(div, ir.Constant(x.type, 1.0)), div)
+    floor = _intrinsic(b, "llvm.floor", div)
+    fix = b.fcmp_ordered(">", b.fsub(div, floor), ir.Constant(x.type, 0.5))
+    floordiv = b.select(fix, b.fadd(floor, ir.Constant(x.type, 1.0)), floor)
+    div_zero = b.fcmp_ordered("==", div, zero)
+    floordiv = b.select(div_zero, _copysign(b, zero, b.fdiv(x, y)), floordiv)
+    return b.select(b.fcmp_ordered("==", y, zero), b.fdiv(x, y), floordiv)
+
+
+def _intrinsic(b: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
+    fn = b.module.declare_intrinsic(name, [args[0].type])
+    return b.call(fn, list(args))
+
+
+def _copysign(b: ir.IRBuilder, mag: ir.Value, sign: ir.Value) -> ir.Value:
+    return _intrinsic(b, "llvm.copysign", mag, sign)
+
+
+@binary("maximum")
+def _maximum(b: ir.IRBuilder, dtype: DType, x: ir.Value, y: ir.Value) -> ir.Value:
+    if dtype.is_float:
+        # numpy: x if (x >= y or x is NaN) else y — NaN-propagating, first operand on ties.
+        pick = b.or_(b.fcmp_ordered(">=", x, y), b.fcmp_unordered("uno", x, x))
+        return b.select(pick, x, y)
+    cmp = b.icmp_unsigned(">=", x, y) if dtype.kind in ("uint", "bool") else \
+        b.icmp_signed(">=", x, y)
+    return b.select(cmp, x, y)
+
+
+@binary("minimum")
+def _minimum(b: ir.IRBuilder, dtype: DType, x: ir.Value, y: ir.Value) -> ir.Value:
+    if dtype.is_float:
+        pick = b.or_(b.fcmp_ordered("<=", x, y), b.fcmp_unordered("uno", x, x))
+        return b.select(pick, x, y)
+    cmp = b.icmp_unsigned("<=", x, y) if dtype.kind in ("uint", "bool") else \
+        b.icmp_signed("<=", x, y)
+    return b.select(cmp, x, y)
+
+
+_FCMP = {"eq": ("ordered", "=="), "ne": ("unordered", "!="), "lt": ("ordered", "<"),
+         "le": ("ordered", "<="), "gt": ("ordered", ">"), "ge": ("ordered", ">=")}
+_ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def compare(b: ir.IRBuilder, pred: str, dtype: DType, x: ir.Value, y: ir.Value) -> ir.Value:
+    if dtype.is_float:
+        kind, op = _FCMP[pred]
+        return (b.fcmp_ordered if kind == "ordered" else b.fcmp_unordered)(op, x, y)
+    if dtype.kind in ("uint", "bool"):
+        return b.icmp_unsigned(_ICMP[pred], x, y)
+    return b.icmp_signed(_ICMP[pred], x, y)
+
+
+# ---------------------------------------------------------------------------- unary ops
+
+
+def unary(b: ir.IRBuilder, name: str, dtype: DType, x: ir.Value) -> ir.Value:
+    if name == "neg":
+        return b.fneg(x) if dtype.is_float else b.sub(ir.Constant(x.type, 0), x)
+    if name == "abs":
+        if dtype.is_float:
+            return _intrinsic(b, "llvm.fabs", x)
+        if dtype.kind == "uint":
+            return x
+        neg = b.icmp_signed("<", x, ir.Constant(x.type, 0))
+        return b.select(neg, b.sub(ir.Constant(x.type, 0), x), x)
+    if name == "not":
+        return b.xor(x, ir.Constant(x.type, -1 if not dtype.is_bool else 1))
+    if name in ("sqrt", "rsqrt", "exp", "log", "tanh", "sigmoid"):
+        from tilenest.backends.cpu.vecmath import math_function
+
+        fn = math_function(b.module, name, x.type)
+        return round_to(b, dtype, b.call(fn, [x]))
+    raise BackendError(f"no CPU lowering for unary op '{name}'", loc=None)
