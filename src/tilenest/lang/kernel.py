@@ -191,7 +191,7 @@ class Kernel:
                 raise ArgumentError(f"kernel `{self.name}`: arguments on different devices "
                                     f"{sorted(devices)}")
             return "cuda"
-        return os.environ.get("TILENEST_TARGET", "reference")
+        return os.environ.get("TILENEST_TARGET", "cpu")
 
     def _prepare(self, tensors: dict, key: tuple, fn: Function, target: str | None,
                  options: dict[str, Any]) -> CompiledKernel:

@@ -196,7 +196,10 @@ class Emitter:
         code = self.errors.index(message) + 1
         b = self.b
         if isinstance(cond.type, ir.VectorType):
-            fn = self.module.declare_intrinsic("llvm.vector.reduce.or", [cond.type])
+            n = cond.type.count
+            name = f"llvm.vector.reduce.or.v{n}i1"
+            fn = self.module.globals.get(name) or ir.Function(
+                self.module, ir.FunctionType(sc.I1, [cond.type]), name)
             cond = b.call(fn, [cond])
         assert self.status is not None
         with b.if_then(cond, likely=False):
