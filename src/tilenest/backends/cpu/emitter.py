@@ -98,6 +98,37 @@ class Emitter:
         b.branch(header)
         b.position_at_end(exit_bb)
 
+    def loop_carried(self, lo: int, hi: int, inits: list[ir.Value],
+                     body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]],
+                     name: str = "c") -> list[ir.Value]:
+        """A counted loop whose body maps the carried SSA values to their next values."""
+        if hi <= lo:
+            return list(inits)
+        b = self.b
+        pre = b.block
+        header = self.function.append_basic_block(f"{name}.head")
+        body_bb = self.function.append_basic_block(f"{name}.body")
+        exit_bb = self.function.append_basic_block(f"{name}.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        i = b.phi(I64, name=name)
+        i.add_incoming(c64(lo), pre)
+        phis = []
+        for v in inits:
+            phi = b.phi(v.type)
+            phi.add_incoming(v, pre)
+            phis.append(phi)
+        b.cbranch(b.icmp_signed("<", i, c64(hi)), body_bb, exit_bb)
+        b.position_at_end(body_bb)
+        new = body(i, list(phis))
+        latch = b.block
+        i.add_incoming(b.add(i, c64(1)), latch)
+        for phi, v in zip(phis, new, strict=True):
+            phi.add_incoming(v, latch)
+        b.branch(header)
+        b.position_at_end(exit_bb)
+        return list(phis)
+
     def for_range(self, n: int, body: Callable[[ir.Value], None], *, unroll: bool,
                   reverse: bool = False, name: str = "i") -> None:
         """Iterate 0..n-1 (or n-1..0), unrolled at compile time when asked."""

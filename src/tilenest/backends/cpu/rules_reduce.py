@@ -89,54 +89,81 @@ def _fast_axis(em: Emitter, op: Op, take: Op, state: ClosedState) -> bool:
     axis = take.attrs["axis"]
     xt = take.operands[0].type
     assert isinstance(xt, TileType)
-    if not x.uniform and em.lanes > 1:
+    t = op.results[0].type
+    assert isinstance(t, TileType)
+    if (not x.uniform and em.lanes > 1) or axis != xt.rank - 1:
         return False
-    if axis != xt.rank - 1:
+    if t.dtype.name in ("f16", "bf16") or t.dtype.is_bool:
         return False
     n = xt.shape[axis]
     p = em.plan.reduction_partitions
-    m = min(n, p)
-    t = op.results[0].type
-    assert isinstance(t, TileType)
     name = state.combine.name
     init = em.tile(op.operands[0])
     out = em.new_array(t.dtype, t.shape, True, owner=op.results[0])
-    acc = em.alloca(sc.reg_type(t.dtype), max(1, m))
     b = em.b
+    elem = sc.reg_type(t.dtype)
+    vec_t = ir.VectorType(elem, p)
     groups = n // p
+    contiguous = isinstance(x, Arr) and x.strides[axis] == 1 and x.dtype == t.dtype and \
+        (x.space == "private" or x.dtype.name in ("f32", "f64", "i32", "i64", "u32", "u64"))
 
-    def at(coords: list[ir.Value], i: ir.Value) -> ir.Value:
+    def scalar(coords: list[ir.Value], i: ir.Value) -> ir.Value:
         return x.load(b, coords + [i], None)
 
-    def slot(k: int) -> ir.Value:
-        return b.gep(acc, [c64(k)], inbounds=True)
+    def vector(coords: list[ir.Value], base: ir.Value) -> ir.Value:
+        if contiguous:
+            assert isinstance(x, Arr)
+            ptr = x.address(b, coords + [base], None)
+            ld = b.load(b.bitcast(ptr, vec_t.as_pointer()))
+            ld.align = 4
+            return ld
+        v = ir.Constant(vec_t, None)
+        for k in range(p):
+            v = b.insert_element(v, scalar(coords, b.add(base, c64(k))), c64(k))
+        return v
+
+    minmax = t.dtype.is_float and name in ("maximum", "minimum")
+    mask_t = ir.VectorType(sc.I1, p)
+
+    def step(g: ir.Value, vals: list[ir.Value]) -> list[ir.Value]:
+        v = vector(coords_now[0], b.mul(g, c64(p)))
+        if not minmax:
+            return [_combine(b, name, t.dtype, vals[0], v)]
+        # max/min: the non-NaN result chain is a plain maxps/minps (x > acc ? x : acc keeps
+        # acc on ties, as the ordered semantics do); NaNs are tracked on a separate, cheaper
+        # chain, so the loop is not bound by the latency of a NaN-aware select.
+        acc, seen = vals
+        better = b.fcmp_ordered(">" if name == "maximum" else "<", v, acc)
+        return [b.select(better, v, acc), b.or_(seen, b.fcmp_unordered("uno", v, v))]
+
+    coords_now: list[list[ir.Value]] = [[]]
 
     def row(coords: list[ir.Value], lane: ir.Value | None) -> None:
-        for k in range(m):
-            b.store(at(coords, c64(k)), slot(k))
-        if groups > 1:
-            def group(g: ir.Value) -> None:
-                base = b.mul(g, c64(p))
-                for k in range(p):
-                    v = at(coords, b.add(base, c64(k)))
-                    b.store(_combine(b, name, t.dtype, b.load(slot(k)), v), slot(k))
-
-            em.loop(1, groups, group, name="grp")
-        if n > p:
+        coords_now[0] = coords
+        if groups >= 1:
+            first = vector(coords, c64(0))
+            inits = [first] + ([b.fcmp_unordered("uno", first, first)] if minmax else [])
+            vals = em.loop_carried(1, groups, inits, step, name="grp")
+            acc = vals[0]
+            if minmax:
+                nan = ir.Constant(vec_t, [float("nan")] * p)
+                acc = b.select(vals[1], nan, acc)
+            parts = [b.extract_element(acc, c64(k)) for k in range(p)]
             for k in range(n - groups * p):
-                v = at(coords, c64(groups * p + k))
-                b.store(_combine(b, name, t.dtype, b.load(slot(k)), v), slot(k))
-        level = [b.load(slot(k)) for k in range(m)]
+                parts[k] = _combine(b, name, t.dtype, parts[k],
+                                    scalar(coords, c64(groups * p + k)))
+        else:
+            parts = [scalar(coords, c64(k)) for k in range(n)]
+        level = parts
         while len(level) > 1:
             nxt = [_combine(b, name, t.dtype, level[i], level[i + 1])
                    for i in range(0, len(level) - 1, 2)]
             if len(level) % 2:
                 nxt.append(level[-1])
             level = nxt
-        merged = level[0] if level else None
-        first = init.load(b, coords, None)
+        start = init.load(b, coords, None)
         out.store(b, coords, None,
-                  first if merged is None else _combine(b, name, t.dtype, first, merged))
+                  start if not level else _combine(b, name, t.dtype, start, level[0]))
 
     em.for_each(t.shape, True, row)
     em.env[op.results[0]] = out
