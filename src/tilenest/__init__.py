@@ -61,6 +61,9 @@ from tilenest.lang.reductions import prod as prod
 from tilenest.lang.reductions import sum as sum  # noqa: A004
 from tilenest.lang.values import Index as Index
 from tilenest.lang.values import Tile as Tile
+from tilenest.numerics import FMA as FMA
+from tilenest.numerics import IEEE as IEEE
+from tilenest.numerics import NumericalPolicy as NumericalPolicy
 
 bool = bool_  # noqa: A001 - `tn.bool` reads like the other dtypes
 

@@ -207,7 +207,8 @@ class Kernel:
 
     @staticmethod
     def _options(kwargs: dict[str, Any]) -> dict[str, Any]:
-        return {k: kwargs.pop(k) for k in ("precision", "order", "seed", "check_races", "plan")
+        return {k: kwargs.pop(k) for k in ("precision", "order", "seed", "check_races", "plan",
+                                   "policy")
                 if k in kwargs}
 
     def compile(self, *args: Any, target: str | None = None, **kwargs: Any) -> CompiledKernel:

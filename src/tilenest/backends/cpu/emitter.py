@@ -227,10 +227,7 @@ class Emitter:
         code = self.errors.index(message) + 1
         b = self.b
         if isinstance(cond.type, ir.VectorType):
-            n = cond.type.count
-            name = f"llvm.vector.reduce.or.v{n}i1"
-            fn = self.module.globals.get(name) or ir.Function(
-                self.module, ir.FunctionType(sc.I1, [cond.type]), name)
+            fn = sc.intrinsic(self.module, "llvm.vector.reduce.or", cond.type, 1, ret=sc.I1)
             cond = b.call(fn, [cond])
         assert self.status is not None
         with b.if_then(cond, likely=False):

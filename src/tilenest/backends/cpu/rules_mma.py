@@ -44,7 +44,7 @@ def _mul_add(em: Emitter, work: DType, c: ir.Value, a: ir.Value, b_: ir.Value) -
     b = em.b
     if work.is_float:
         if em.plan.allow_fma:
-            fn = em.module.declare_intrinsic("llvm.fma", [c.type])
+            fn = sc.intrinsic(em.module, "llvm.fma", c.type, 3)
             return b.call(fn, [a, b_, c])
         return b.fadd(c, b.fmul(a, b_))
     return b.add(c, b.mul(a, b_))

@@ -123,7 +123,6 @@ def _fast_axis(em: Emitter, op: Op, take: Op, state: ClosedState) -> bool:
         return v
 
     minmax = t.dtype.is_float and name in ("maximum", "minimum")
-    mask_t = ir.VectorType(sc.I1, p)
 
     def step(g: ir.Value, vals: list[ir.Value]) -> list[ir.Value]:
         v = vector(coords_now[0], b.mul(g, c64(p)))

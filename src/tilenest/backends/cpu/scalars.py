@@ -268,8 +268,26 @@ def _float_floordiv(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.select(b.fcmp_ordered("==", y, zero), b.fdiv(x, y), floordiv)
 
 
+def _type_suffix(ty: ir.Type) -> str:
+    if isinstance(ty, ir.VectorType):
+        return f"v{ty.count}{_type_suffix(ty.element)}"
+    if isinstance(ty, ir.IntType):
+        return f"i{ty.width}"
+    return {F16: "f16", F32: "f32", F64: "f64"}[ty]
+
+
+def intrinsic(module: ir.Module, name: str, ty: ir.Type, nargs: int,
+              ret: ir.Type | None = None) -> ir.Function:
+    """Declare an overloaded LLVM intrinsic on scalar or vector `ty` (once per module)."""
+    full = f"{name}.{_type_suffix(ty)}"
+    existing = module.globals.get(full)
+    if existing is not None:
+        return existing
+    return ir.Function(module, ir.FunctionType(ret or ty, [ty] * nargs), full)
+
+
 def _intrinsic(b: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
-    fn = b.module.declare_intrinsic(name, [args[0].type])
+    fn = intrinsic(b.module, name, args[0].type, len(args))
     return b.call(fn, list(args))
 
 

@@ -1,0 +1,36 @@
+"""The numerical policy: what a backend may do to floating-point results.
+
+The default is IEEE: every operation rounds as written, no FMA contraction, no reduced-
+precision products (tf32), no reassociation beyond what a reduction's own contract allows,
+no library provider calls. A target name never authorizes any of these; only a policy does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilenest.errors import ArgumentError
+
+
+@dataclass(frozen=True)
+class NumericalPolicy:
+    allow_fma: bool = False        # contract a*b+c into one rounding
+    allow_tf32: bool = False       # f32 matrix products with tf32 inputs (GPU)
+    allow_provider: bool = False   # an external library (BLAS) may realize `mma`
+
+    def describe(self) -> str:
+        allowed = [name for name in ("allow_fma", "allow_tf32", "allow_provider")
+                   if getattr(self, name)]
+        return "IEEE" if not allowed else "IEEE + " + ", ".join(allowed)
+
+
+IEEE = NumericalPolicy()
+FMA = NumericalPolicy(allow_fma=True)
+
+
+def as_policy(value: object) -> NumericalPolicy:
+    if value is None:
+        return IEEE
+    if isinstance(value, NumericalPolicy):
+        return value
+    raise ArgumentError(f"policy= expects a tn.NumericalPolicy, got {value!r}", loc=None)
