@@ -1,0 +1,186 @@
+"""Every `CpuPlan` field at two or more values, on every example: the realization changes,
+the results do not.
+
+A plan is a realization choice, never a numerical one (DESIGN.md §4.5, §6 cpu): varying one
+field at a time from the default plan must give results bitwise identical to the default
+plan's, except `reduction_partitions`, which regroups closed unordered reductions and is
+therefore checked against the float64 oracle within the dtype tolerance. Plans that cannot
+be realized raise `tn.BackendError` naming the field.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+import pytest
+from examples import EXAMPLES
+from examples.common import Example, Run
+
+import tilenest as tn
+from tilenest.backends.cpu.plan import CpuPlan
+from tilenest.backends.cpu.target import packet_width
+
+W = packet_width()
+
+
+def _cases() -> list:
+    out = []
+    for ex in EXAMPLES.values():
+        out.append(pytest.param(ex, "f32", id=f"{ex.name}-f32"))
+        if "f16" in ex.dtypes:
+            out.append(pytest.param(ex, "f16", id=f"{ex.name}-f16"))
+    return out
+
+
+def _root_rank(ex: Example, run: Run) -> int:
+    fn = ex.kernel.ir(*run.args, **run.consts)
+    (rank,) = {len(op.attrs["domain"]) for op in fn.body.ops if op.name == "parallel"}
+    return rank
+
+
+def _variants(rank: int) -> dict[str, list[dict[str, Any]]]:
+    """Per field, the plan changes to try (each applied alone to the default plan)."""
+    return {
+        # One program per lane packs W programs into a block: the block must hold them.
+        "local_lanes": [{"local_lanes": 1, "block_size": W}, {"local_lanes": 1,
+                                                               "block_size": 3 * W},
+                        {"local_lanes": W}],
+        "root_axis_order": [{"root_axis_order": tuple(range(rank))},
+                            {"root_axis_order": tuple(reversed(range(rank)))}],
+        "block_size": [{"block_size": b} for b in (1, 3, 64)],
+        "blocks_per_task": [{"blocks_per_task": b} for b in (1, 4)],
+        "reduction_partitions": [{"reduction_partitions": p} for p in (1, 4, 16)],
+        "max_unrolled_tile_elements": [{"max_unrolled_tile_elements": n} for n in (0, 64, 4096)],
+        "fuse_elementwise": [{"fuse_elementwise": f} for f in (True, False)],
+        "stream_loads": [{"stream_loads": s} for s in (True, False)],
+        "matrix_atom": [{"matrix_atom": a} for a in ("ordered", "microkernel")],
+        "microkernel_rows": [{"matrix_atom": "microkernel", "microkernel_rows": r}
+                             for r in (1, 4, 6)],
+        "num_threads": [{"num_threads": n} for n in (1, 0)],
+    }
+
+
+FIELDS = list(_variants(1))
+
+
+def _poison(run: Run) -> None:
+    for name in run.example.outputs:
+        arr = run.args[run.example.kernel.tensor_params.index(name)]
+        arr[...] = np.nan
+
+
+def _outputs(run: Run) -> dict[str, bytes]:
+    params = run.example.kernel.tensor_params
+    return {n: np.ascontiguousarray(run.args[params.index(n)]).tobytes()
+            for n in run.example.outputs}
+
+
+def _run_plan(run: Run, plan: CpuPlan | None) -> Any:
+    _poison(run)
+    kernel = run.example.kernel
+    options = {} if plan is None else {"plan": plan}
+    compiled = kernel.compile(*run.args, target="cpu", **options, **run.consts)
+    compiled(*run.args, **run.consts)
+    return compiled
+
+
+def test_every_plan_field_is_covered() -> None:
+    """A new CpuPlan field must be added to `_variants` (allow_fma is a numerical policy,
+    not a realization choice, so bitwise equality does not apply to it)."""
+    declared = {f for f in CpuPlan.__dataclass_fields__} - {"allow_fma"}
+    assert declared == set(FIELDS)
+
+
+@pytest.mark.parametrize("field", FIELDS)
+@pytest.mark.parametrize(("example", "dtype"), _cases())
+def test_plan_field_keeps_results(example: Example, dtype: str, field: str) -> None:
+    rng = np.random.default_rng(zlib.crc32(f"{example.name}-{dtype}".encode()))
+    run = example.prepare(rng, example.cases[0], dtype=dtype)
+    default = _run_plan(run, None).plan
+    assert isinstance(default, CpuPlan)
+    run.check()
+    baseline = _outputs(run)
+    for change in _variants(_root_rank(example, run))[field]:
+        plan = default.with_(**change)
+        compiled = _run_plan(run, plan)
+        assert compiled.plan == plan
+        if field == "reduction_partitions":
+            run.check()
+            continue
+        got = _outputs(run)
+        for name in example.outputs:
+            assert got[name] == baseline[name], (
+                f"{example.name} {dtype}: output {name} under {change} differs bitwise "
+                f"from the default plan {default.describe()}")
+        run.check()
+
+
+# ---------------------------------------------------------------------------- invalid plans
+
+
+@tn.kernel
+def _grid_scale(X, Y, *, BR=4, BC=8):
+    R, C = X.shape
+    gr, gc = tn.axis("gr", tn.cdiv(R, BR)), tn.axis("gc", tn.cdiv(C, BC))
+    r, c = tn.axis("r", BR), tn.axis("c", BC)
+    for p in tn.parallel(gr, gc):
+        o = (p.index(gr) * BR, p.index(gc) * BC)
+        Y.tile(o, (r, c)).store(tn.sum(X.tile(o, (r, c)).load(), axis=c) * 2.0)
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"local_lanes": 3}, "local_lanes"),
+    ({"local_lanes": W + 1 if W != 1 else 5}, "local_lanes"),
+    ({"reduction_partitions": 0}, "reduction_partitions"),
+    ({"reduction_partitions": 17}, "reduction_partitions"),
+    ({"root_axis_order": (0,)}, "root_axis_order"),
+    ({"root_axis_order": (0, 0)}, "root_axis_order"),
+    ({"root_axis_order": (1, 2)}, "root_axis_order"),
+    ({"root_axis_order": (0, 1, 2)}, "root_axis_order"),
+    ({"local_lanes": 1, "block_size": W + 1}, "block_size"),
+    ({"local_lanes": 1, "block_size": 1}, "block_size"),
+    ({"block_size": 0}, "block_size"),
+    ({"blocks_per_task": 0}, "blocks_per_task"),
+    ({"max_unrolled_tile_elements": -1}, "max_unrolled_tile_elements"),
+    ({"matrix_atom": "blas"}, "matrix_atom"),
+    ({"microkernel_rows": 0}, "microkernel_rows"),
+])
+def test_invalid_plan_raises_naming_the_field(changes: dict[str, Any], field: str) -> None:
+    if field == "block_size" and changes.get("local_lanes") == 1 and W == 1:
+        pytest.skip("a one-lane packet makes every block size a multiple")
+    x = np.random.default_rng(1).standard_normal((9, 20)).astype(np.float32)
+    y = np.full((9, 20), np.nan, np.float32)
+    with pytest.raises(tn.BackendError, match=f"CpuPlan.{field}"):
+        _grid_scale.compile(x, y, target="cpu", plan=CpuPlan(**changes))
+    with pytest.raises(tn.BackendError, match=f"CpuPlan.{field}"):
+        _grid_scale(x, y, target="cpu", plan=CpuPlan(**changes))
+    assert np.isnan(y).all()
+
+
+@pytest.mark.parametrize("plan", [
+    "fast",
+    pytest.param({"block_size": 2}, marks=pytest.mark.xfail(
+        strict=True, reason="an unhashable plan= (a dict) reaches the compiled-kernel cache "
+                            "key and raises TypeError before the target checks its type")),
+])
+def test_plan_of_wrong_type_is_an_argument_error(plan: Any) -> None:
+    x = np.ones((4, 8), np.float32)
+    y = np.full((4, 8), np.nan, np.float32)
+    with pytest.raises(tn.ArgumentError, match="CpuPlan"):
+        _grid_scale.compile(x, y, target="cpu", plan=plan)
+
+
+def test_valid_edge_plans_run() -> None:
+    """The ends of each valid range realize and agree with the interpreter."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((9, 20)).astype(np.float32)
+    ref = np.full((9, 20), np.nan, np.float32)
+    tn.interpret(_grid_scale, x, ref)
+    for plan in (CpuPlan(reduction_partitions=1), CpuPlan(reduction_partitions=16),
+                 CpuPlan(local_lanes=1, block_size=W), CpuPlan(root_axis_order=(1, 0)),
+                 CpuPlan(local_lanes=0, block_size=5, blocks_per_task=3)):
+        y = np.full((9, 20), np.nan, np.float32)
+        _grid_scale(x, y, target="cpu", plan=plan)
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
