@@ -108,6 +108,20 @@ def show_ir(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_args(p: argparse.ArgumentParser) -> None:
+    from tilenest.bench import configure
+
+    configure(p)
+
+
+@command("bench", "benchmark tilenest against numpy/torch/numba (JSON, markdown, PNG)",
+         _bench_args)
+def bench(args: argparse.Namespace) -> int:
+    from tilenest.bench import run
+
+    return run(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tilenest", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)

@@ -1,0 +1,1 @@
+"""Benchmarks of tilenest against numpy, torch and numba (see `tilenest bench`)."""

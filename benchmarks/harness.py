@@ -1,0 +1,314 @@
+"""Timing utilities shared by the benchmark suites: rotating buffers, interleaved warm timing,
+oracle checks and a description of the machine.
+
+Rules (DESIGN.md §7): warm time only (warm-up calls first), the median of many samples with a
+minimum total time, inputs rotated over several preallocated copies so that one working set
+larger than the last-level cache never flatters a contender, outputs preallocated for every
+contender, and every contender checked against a float64 oracle before it is timed. Every
+sample is kept. Contenders are timed in interleaved rounds (A B C, A B C, ...) so slow drift
+of a noisy machine touches all of them alike; compare ratios from one run only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# torch reads this when it is first imported: its faster (huge-page) CPU allocation. When torch
+# was imported before this module the setting may not apply; the machine info records that.
+TORCH_IMPORTED_FIRST = "torch" in sys.modules
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+
+import math  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+Call = Callable[[], Any]
+
+TOLERANCE = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long and how often each contender is timed."""
+
+    rounds: int = 5             # interleaved rounds over all contenders
+    min_time_s: float = 1.0     # per contender, summed over its samples
+    min_runs: int = 10          # per contender
+    max_runs: int = 400         # per contender
+    warmup_calls: int = 2       # at least this many, and one per rotation set
+    # Idle time, then one untimed call, before each contender's batch: the worker pools of
+    # the other libraries (OpenBLAS, torch's OpenMP, numba, tilenest) spin for a while after
+    # their last job, and a spinning pool on a 2-core machine delays the next contender's
+    # threads by whole scheduler ticks (4 ms steps seen without this pause).
+    pause_s: float = 0.1
+
+    def per_round(self) -> tuple[float, int, int]:
+        return (self.min_time_s / self.rounds, math.ceil(self.min_runs / self.rounds),
+                max(1, self.max_runs // self.rounds))
+
+
+FULL = Timing()
+QUICK = Timing(rounds=2, min_time_s=0.02, min_runs=3, max_runs=20, warmup_calls=1,
+               pause_s=0.0)
+
+
+# ------------------------------------------------------------------------------ torch / numba
+
+
+def import_torch() -> Any | None:
+    """torch with one intra-op thread per core, or None when it is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(os.cpu_count() or 1)
+    return torch
+
+
+def import_numba() -> Any | None:
+    """numba with its `workqueue` threading layer, or None when it is not installed.
+
+    Its OpenMP layer keeps worker threads spinning after a parallel loop; next to torch's
+    OpenMP pool and tilenest's workers on a 2-core machine that starved every contender
+    (milliseconds per call). workqueue threads sleep between loops."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    numba.config.THREADING_LAYER = "workqueue"
+    return numba
+
+
+# ------------------------------------------------------------------------------ rotating sets
+
+
+def llc_bytes() -> int:
+    """Size of the largest (last-level) data or unified cache of cpu0; 32 MiB if unknown."""
+    best = 0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        if kind == "Instruction":
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        value = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+        best = max(best, value)
+    return best or 32 << 20
+
+
+def rotation_count(bytes_per_set: int, *, llc: int, quick: bool, factor: float = 2.0,
+                   max_sets: int = 64, max_bytes: int = 1 << 30) -> int:
+    """Copies of one input/output set needed so their total exceeds `factor` x the LLC."""
+    if quick:
+        return 2
+    wanted = math.ceil(factor * llc / max(1, bytes_per_set))
+    affordable = max(1, max_bytes // max(1, bytes_per_set))
+    return max(1, min(wanted, max_sets, affordable))
+
+
+class Rotation:
+    """Zero-argument calls used round-robin, one per preallocated buffer set."""
+
+    def __init__(self, calls: list[Call]) -> None:
+        if not calls:
+            raise ValueError("a rotation needs at least one call")
+        self.calls = calls
+        self.next = 0
+
+    def __call__(self) -> None:
+        call = self.calls[self.next]
+        self.next = (self.next + 1) % len(self.calls)
+        call()
+
+
+# ------------------------------------------------------------------------------------- timing
+
+
+def _busy_seconds() -> float:
+    """CPU seconds all processes spent busy (from /proc/stat), 0 where unavailable."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except OSError:
+        return 0.0
+    ticks = [int(v) for v in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class ForeignLoad:
+    """Share of the machine's CPU time that other processes used while this block ran:
+    the benchmarks own the cores only when it is near 0."""
+
+    def __enter__(self) -> ForeignLoad:
+        self.t0, self.busy0, self.own0 = time.perf_counter(), _busy_seconds(), _own_seconds()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.perf_counter() - self.t0
+        other = (_busy_seconds() - self.busy0) - (_own_seconds() - self.own0)
+        self.fraction = max(0.0, other) / max(1e-9, wall * (os.cpu_count() or 1))
+
+
+def _own_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def warm_up(rotation: Rotation, timing: Timing) -> None:
+    for _ in range(max(timing.warmup_calls, len(rotation.calls))):
+        rotation()
+
+
+def time_interleaved(rotations: dict[str, Rotation], timing: Timing,
+                     tick: Callable[[], None] | None = None) -> dict[str, list[float]]:
+    """Seconds per call of each contender: every sample kept, taken in interleaved rounds."""
+    for rotation in rotations.values():
+        warm_up(rotation, timing)
+    samples: dict[str, list[float]] = {name: [] for name in rotations}
+    round_time, round_runs, round_cap = timing.per_round()
+    clock = time.perf_counter
+    for _ in range(timing.rounds):
+        for name, rotation in rotations.items():
+            if timing.pause_s:
+                time.sleep(timing.pause_s)
+            rotation()
+            spent, runs = 0.0, 0
+            while (spent < round_time or runs < round_runs) and runs < round_cap:
+                start = clock()
+                rotation()
+                elapsed = clock() - start
+                samples[name].append(elapsed)
+                spent += elapsed
+                runs += 1
+            if tick is not None:
+                tick()
+    return samples
+
+
+def summarize(samples: list[float]) -> dict[str, float]:
+    if not samples:
+        return {}
+    q = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
+    return {"median_s": statistics.median(samples), "min_s": min(samples), "q1_s": q[0],
+            "q3_s": q[2], "runs": len(samples)}
+
+
+def time_call_overhead(call: Call, *, calls: int, repeats: int) -> list[float]:
+    """Seconds per call, averaged over `calls` back-to-back calls, `repeats` times."""
+    call()
+    out = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        out.append((time.perf_counter() - start) / calls)
+    return out
+
+
+# ------------------------------------------------------------------------------------- checks
+
+
+def relative_error(out: Any, ref: np.ndarray) -> float:
+    """max |out - ref| / max |ref| in float64; NaN or inf anywhere counts as inf."""
+    got = np.asarray(out.detach().numpy() if hasattr(out, "detach") else out, np.float64)
+    if got.shape != ref.shape:
+        raise ValueError(f"output shape {got.shape} != reference shape {ref.shape}")
+    diff = np.abs(got - ref)
+    if not np.isfinite(diff).all():
+        return float("inf")
+    scale = max(float(np.abs(ref).max(initial=0.0)), np.finfo(np.float64).tiny)
+    return float(diff.max(initial=0.0)) / scale
+
+
+@dataclass
+class Check:
+    ok: bool
+    max_rel_error: float | None
+    tolerance: float
+    error: str | None = None
+
+
+def check_output(call: Call, out: np.ndarray, ref: np.ndarray, tolerance: float) -> Check:
+    """Poison `out`, run `call` once and compare `out` (or what the call returns, for calls
+    marked `returns_output`) with the oracle."""
+    out.fill(np.nan)
+    try:
+        result = call()
+        if getattr(call, "returns_output", False):
+            out = result
+    except Exception as e:  # a contender that raises is reported, never hidden
+        return Check(False, None, tolerance, f"{type(e).__name__}: {e}".splitlines()[0][:300])
+    err = relative_error(out, ref)
+    if err <= tolerance:
+        return Check(True, err, tolerance)
+    return Check(False, err, tolerance, f"max relative error {err:.3g} > {tolerance:g}")
+
+
+# -------------------------------------------------------------------------------- the machine
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git(*args: str) -> str | None:
+    root = Path(__file__).resolve().parents[1]
+    try:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                              timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip()
+
+
+def machine_info() -> dict[str, Any]:
+    import llvmlite
+    from llvmlite import binding as llvm
+
+    from tilenest.backends.cpu.jit import host_info
+    from tilenest.runtime.pool import env_num_threads
+
+    host = host_info()
+    torch = sys.modules.get("torch")
+    numba = sys.modules.get("numba")
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "cpu_model": _cpu_model(),
+        "llvm_cpu_name": host.cpu_name,
+        "vector_bits": host.vector_bits,
+        "cpu_count": os.cpu_count(),
+        "llc_bytes": llc_bytes(),
+        "tilenest_threads": env_num_threads(),
+        "torch_threads": torch.get_num_threads() if torch is not None else None,
+        "numba_threads": numba.get_num_threads() if numba is not None else None,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "numpy": np.__version__,
+        "torch": getattr(torch, "__version__", None),
+        "numba": getattr(numba, "__version__", None),
+        "llvmlite": llvmlite.__version__,
+        "llvm": ".".join(map(str, llvm.llvm_version_info)),
+        "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),
+        "torch_imported_before_harness": TORCH_IMPORTED_FIRST,
+        "loadavg_1_5_15": list(os.getloadavg()),
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(status) if status is not None else None,
+    }
