@@ -161,9 +161,7 @@ def test_invalid_plan_raises_naming_the_field(changes: dict[str, Any], field: st
 
 @pytest.mark.parametrize("plan", [
     "fast",
-    pytest.param({"block_size": 2}, marks=pytest.mark.xfail(
-        strict=True, reason="an unhashable plan= (a dict) reaches the compiled-kernel cache "
-                            "key and raises TypeError before the target checks its type")),
+    {"block_size": 2},
 ])
 def test_plan_of_wrong_type_is_an_argument_error(plan: Any) -> None:
     x = np.ones((4, 8), np.float32)

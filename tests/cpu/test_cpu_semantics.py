@@ -400,10 +400,7 @@ def test_extract_in_range(lanes: int) -> None:
     against_reference(pick2, make2, plans=(plan,))
 
 
-@pytest.mark.parametrize("lanes", [W, pytest.param(1, marks=pytest.mark.xfail(
-    strict=True, reason="bug: with local_lanes=1 a per-lane extract index is clamped to 0 "
-                        "without flag_error (rules_elementwise._extract, non-uniform path): "
-                        "no BackendError, the element at 0 is read silently"))])
+@pytest.mark.parametrize("lanes", [W, 1])
 @pytest.mark.parametrize("scale, offset", [(3, 0), (1, -1), (0, 13)])
 def test_extract_out_of_range_raises_at_run_time(lanes: int, scale: int, offset: int) -> None:
     x, y = rand((13,), 15), nan((6,))

@@ -196,6 +196,12 @@ class Kernel:
     def _prepare(self, tensors: dict, key: tuple, fn: Function, target: str | None,
                  options: dict[str, Any]) -> CompiledKernel:
         tgt = target or self.default_target(tensors)
+        for name, value in options.items():
+            try:
+                hash(value)
+            except TypeError:
+                raise ArgumentError(f"option {name}= must be an immutable value (for plan=, "
+                                    f"a plan record such as CpuPlan), got {value!r}") from None
         ckey = (key, tgt, tuple(sorted(options.items())))
         compiled = self._compiled.get(ckey)
         if compiled is None:

@@ -170,11 +170,8 @@ def _extract(em: Emitter, op: Op) -> None:
         return
 
     def emit(b: ir.IRBuilder, c: list[ir.Value], lane: ir.Value | None) -> ir.Value:
-        cs = []
-        for i, e in zip(idxs, t.shape, strict=True):
-            v = em.idx_lane(i, lane)
-            bad = b.or_(b.icmp_signed("<", v, c64(0)), b.icmp_signed(">=", v, c64(e)))
-            cs.append(b.select(bad, c64(0), v))
+        cs = [_clamp(em, em.idx_lane(i, lane), e, where)
+              for i, e in zip(idxs, t.shape, strict=True)]
         return x.load(b, cs, lane)
 
     em.env[op.result] = em.materialize(Recipe(x.dtype, (), False, emit, x.leaves(), False),
