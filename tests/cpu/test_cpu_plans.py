@@ -58,6 +58,8 @@ def _variants(rank: int) -> dict[str, list[dict[str, Any]]]:
         "matrix_atom": [{"matrix_atom": a} for a in ("ordered", "microkernel")],
         "microkernel_rows": [{"matrix_atom": "microkernel", "microkernel_rows": r}
                              for r in (1, 4, 6)],
+        "microkernel_vectors": [{"matrix_atom": "microkernel", "microkernel_vectors": v}
+                                for v in (1, 2, 3)],
         "num_threads": [{"num_threads": n} for n in (1, 0)],
     }
 
@@ -146,6 +148,7 @@ def _grid_scale(X, Y, *, BR=4, BC=8):
     ({"max_unrolled_tile_elements": -1}, "max_unrolled_tile_elements"),
     ({"matrix_atom": "blas"}, "matrix_atom"),
     ({"microkernel_rows": 0}, "microkernel_rows"),
+    ({"microkernel_vectors": 5}, "microkernel_vectors"),
 ])
 def test_invalid_plan_raises_naming_the_field(changes: dict[str, Any], field: str) -> None:
     if field == "block_size" and changes.get("local_lanes") == 1 and W == 1:

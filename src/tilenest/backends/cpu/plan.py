@@ -27,7 +27,8 @@ class CpuPlan:
     fuse_elementwise: bool = True    # single-use pure producers fuse into their consumer
     stream_loads: bool = True        # loads without later aliasing stores read in place
     matrix_atom: str = "microkernel"  # "ordered" loop nest, or register-blocked "microkernel"
-    microkernel_rows: int = 4
+    microkernel_rows: int = 4        # MR: output rows of the register block
+    microkernel_vectors: int = 2     # V: vectors per row of the register block
     num_threads: int = 0             # 0: the runtime's default pool
     allow_fma: bool = False          # numerical policy: FMA contraction only when allowed
 
@@ -60,6 +61,8 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
         raise _fail("matrix_atom", f"must be one of {MATRIX_ATOMS}, got {plan.matrix_atom!r}")
     if plan.microkernel_rows < 1:
         raise _fail("microkernel_rows", "must be >= 1")
+    if not 1 <= plan.microkernel_vectors <= 4:
+        raise _fail("microkernel_vectors", "must be in 1..4")
     lanes = programs_per_packet(plan, packet_width)
     if plan.block_size % lanes:
         raise _fail("block_size", f"{plan.block_size} is not a multiple of the {lanes} "

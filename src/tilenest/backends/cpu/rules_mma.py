@@ -3,8 +3,8 @@
 The result accumulates in the accumulation type (f32, or f64 / i64) and rounds to the
 accumulator's dtype once at the end of the call. Two atoms realize it:
 - "ordered": loops (batch, m) · k · n with n innermost — LLVM vectorizes over n;
-- "microkernel": an MR × W register block of the output held in vector registers across
-  the whole k loop (W = the packet width), with generic loops for the ragged edges.
+- "microkernel": an MR × (V·W) register block of the output held in vector registers across
+  the whole k loop (W = the packet width, V vectors per row), generic loops at the edges.
 Both add products in k order with separate multiply and add (no FMA unless the numerical
 policy allows contraction), so both give bitwise the same results.
 """
@@ -147,8 +147,11 @@ def _microkernel(em: Emitter, op: Op, a: Tile, bm: Tile, out: Arr, roles: tuple,
     elem = sc.reg_type(work)
     vec_t = ir.VectorType(elem, width)
     vptr_t = vec_t.as_pointer()
-    blocks_m, blocks_n = M // rows, N // width
-    acc_slots = em.alloca(vec_t, rows)
+    vectors = em.plan.microkernel_vectors
+    blocks_m = M // rows
+    wide = N // (vectors * width)               # blocks of `vectors` vectors per row
+    narrow = (N - wide * vectors * width) // width  # then single-vector blocks
+    acc_slots = em.alloca(vec_t, rows * vectors)
 
     def vload(arr: Arr, coords: list[ir.Value]) -> ir.Value:
         ptr = arr.address(b, coords, None)
@@ -163,28 +166,42 @@ def _microkernel(em: Emitter, op: Op, a: Tile, bm: Tile, out: Arr, roles: tuple,
     def at(t: TileType, axes: dict[int, ir.Value]) -> list[ir.Value]:
         return [axes[i] for i in range(t.rank)]
 
-    def block(mb: ir.Value, nb: ir.Value) -> None:
-        m0 = b.mul(mb, c64(rows))
-        n0 = b.mul(nb, c64(width))
-        slots = [b.gep(acc_slots, [c64(r)], inbounds=True) for r in range(rows)]
+    def block(m0: ir.Value, n0: ir.Value, cols: int) -> None:
+        """Output rows m0..m0+rows, columns n0..n0+cols·W held in registers over all k."""
+        slots = [[b.gep(acc_slots, [c64(r * vectors + v)], inbounds=True)
+                  for v in range(cols)] for r in range(rows)]
+        col = [b.add(n0, c64(v * width)) for v in range(cols)]
         for r in range(rows):
-            b.store(vload(out, at(tc, {c_m: b.add(m0, c64(r)), c_n: n0})), slots[r])
+            for v in range(cols):
+                b.store(vload(out, at(tc, {c_m: b.add(m0, c64(r)), c_n: col[v]})), slots[r][v])
 
         def kstep(kk: ir.Value) -> None:
-            bv = vload(bm, at(tb, {b_k: kk, b_n: n0}))
+            bv = [vload(bm, at(tb, {b_k: kk, b_n: col[v]})) for v in range(cols)]
             for r in range(rows):
                 av = a.load(b, at(ta, {a_m: b.add(m0, c64(r)), a_k: kk}), None)
                 splat = b.insert_element(ir.Constant(vec_t, None), av, c64(0))
                 splat = b.shuffle_vector(splat, ir.Constant(vec_t, None),
                                          ir.Constant(ir.VectorType(sc.I32, width), None))
-                b.store(_mul_add(em, work, b.load(slots[r]), splat, bv), slots[r])
+                for v in range(cols):
+                    b.store(_mul_add(em, work, b.load(slots[r][v]), splat, bv[v]), slots[r][v])
 
         em.loop(0, K, kstep, name="k")
         for r in range(rows):
-            vstore(out, at(tc, {c_m: b.add(m0, c64(r)), c_n: n0}), b.load(slots[r]))
+            for v in range(cols):
+                vstore(out, at(tc, {c_m: b.add(m0, c64(r)), c_n: col[v]}), b.load(slots[r][v]))
 
-    em.loop(0, blocks_m, lambda mb: em.loop(0, blocks_n, lambda nb: block(mb, nb), name="nb"),
-            name="mb")
+    def row_block(mb: ir.Value) -> None:
+        m0 = b.mul(mb, c64(rows))
+        if wide:
+            em.loop(0, wide, lambda nb: block(m0, b.mul(nb, c64(vectors * width)), vectors),
+                    name="nb")
+        if narrow:
+            base = wide * vectors * width
+            em.loop(0, narrow, lambda nb: block(m0, b.add(c64(base), b.mul(nb, c64(width))), 1),
+                    name="nn")
+
+    em.loop(0, blocks_m, row_block, name="mb")
+    blocks_n, block_width = 1, wide * vectors * width + narrow * width
 
     # Ragged edges: rows below the blocked part (all columns), then the right strip.
     def scalar_region(m_lo: int, m_hi: int, n_lo: int, n_hi: int) -> None:
@@ -206,5 +223,5 @@ def _microkernel(em: Emitter, op: Op, a: Tile, bm: Tile, out: Arr, roles: tuple,
         em.loop(m_lo, m_hi, mrow, name="em")
 
     scalar_region(blocks_m * rows, M, 0, N)
-    scalar_region(0, blocks_m * rows, blocks_n * width, N)
+    scalar_region(0, blocks_m * rows, blocks_n * block_width, N)
     return True
