@@ -60,6 +60,7 @@ def _variants(rank: int) -> dict[str, list[dict[str, Any]]]:
                              for r in (1, 4, 6)],
         "microkernel_vectors": [{"matrix_atom": "microkernel", "microkernel_vectors": v}
                                 for v in (1, 2, 3)],
+        "nontemporal_stores": [{"nontemporal_stores": v} for v in (False, True)],
         "num_threads": [{"num_threads": n} for n in (1, 0)],
     }
 

@@ -26,6 +26,7 @@ class CpuPlan:
     max_unrolled_tile_elements: int = 64
     fuse_elementwise: bool = True    # single-use pure producers fuse into their consumer
     stream_loads: bool = True        # loads without later aliasing stores read in place
+    nontemporal_stores: bool = False  # stores to tensors bypass the cache (large outputs)
     matrix_atom: str = "microkernel"  # "ordered" loop nest, or register-blocked "microkernel"
     microkernel_rows: int = 4        # MR: output rows of the register block
     microkernel_vectors: int = 2     # V: vectors per row of the register block

@@ -42,6 +42,7 @@ class Arr:
     offset: ir.Value | None = None  # extra uniform element offset
     space: str = "private"        # "private" (storage types) | "memory" (tensor types)
     owner: object = None          # the IR value whose storage this is (None for views)
+    nontemporal: bool = False     # stores bypass the cache (large outputs written once)
 
     @property
     def uniform(self) -> bool:
@@ -75,7 +76,9 @@ class Arr:
               v: ir.Value) -> None:
         conv = sc.to_memory(b, self.dtype, v) if self.space == "memory" else \
             sc.to_storage(b, self.dtype, v)
-        b.store(conv, self.address(b, coords, lane))
+        st = b.store(conv, self.address(b, coords, lane))
+        if self.nontemporal:
+            st.set_metadata("nontemporal", b.module.add_metadata([ir.Constant(sc.I32, 1)]))
 
     def leaves(self) -> tuple[Arr, ...]:
         return (self,)

@@ -146,6 +146,7 @@ def _store(em: Emitter, op: Op) -> None:
 
     def one_lane(lane: ir.Value | None) -> None:
         dst = region.memory_view(lane)
+        dst.nontemporal = em.plan.nontemporal_stores
 
         def put(coords: list[ir.Value], _: ir.Value | None) -> None:
             dst.store(b, coords, None, value.load(b, coords, lane))

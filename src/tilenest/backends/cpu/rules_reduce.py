@@ -106,6 +106,13 @@ def _fast_axis(em: Emitter, op: Op, take: Op, state: ClosedState) -> bool:
     groups = n // p
     contiguous = isinstance(x, Arr) and x.strides[axis] == 1 and x.dtype == t.dtype and \
         (x.space == "private" or x.dtype.name in ("f32", "f64", "i32", "i64", "u32", "u64"))
+    if not contiguous and n >= p:
+        # Evaluate the contributions once in a loop LLVM vectorizes, then reduce whole
+        # vectors of them: cheaper than assembling vectors element by element.
+        dense = em.new_array(x.dtype, x.shape, x.uniform)
+        em.copy(x, dense)
+        x = dense
+        contiguous = x.dtype == t.dtype
 
     def scalar(coords: list[ir.Value], i: ir.Value) -> ir.Value:
         return x.load(b, coords + [i], None)
