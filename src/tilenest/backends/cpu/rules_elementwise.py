@@ -18,7 +18,7 @@ from tilenest.ir.ops import BINARY_KINDS, COMPARISONS, UNARY_KINDS
 from tilenest.ir.types import TileType
 
 # Consumers that read each operand element more than once: never fuse into them.
-_REREADING = frozenset({"mma", "map", "reduce", "serial", "pipeline", "parallel"})
+REREADING = frozenset({"mma", "map", "reduce", "serial", "pipeline", "parallel"})
 
 
 def bind(em: Emitter, v: Value, r: Tile) -> None:
@@ -26,7 +26,7 @@ def bind(em: Emitter, v: Value, r: Tile) -> None:
     if isinstance(r, Recipe):
         user = em.facts.uses.single_local_use(v)
         fusable = (em.plan.fuse_elementwise and user is not None
-                   and user.name not in _REREADING)
+                   and user.name not in REREADING)
         if not fusable and (r.shape != () or r.cost > 1):
             r = em.materialize(r, owner=v)
     em.env[v] = r

@@ -61,6 +61,27 @@ def _serial(em: Emitter, op: Op) -> None:
     ordered_loop(em, op)
 
 
+def _fusable(em: Emitter, op: Op) -> bool:
+    from tilenest.backends.cpu.rules_elementwise import REREADING
+
+    user = em.facts.uses.single_local_use(op.result)
+    return em.plan.fuse_elementwise and user is not None and user.name not in REREADING
+
+
+def _element(em: Emitter, op: Op, ins: list, coords: list[ir.Value],
+             lane: ir.Value | None) -> list[ir.Value]:
+    """The scalar body of a `map` at one element: its yielded register values."""
+    body = op.body
+    b = em.b
+    for arg, x in zip(body.args, ins, strict=True):
+        value = x.load(b, coords, lane)
+        em.env[arg] = Recipe(x.dtype, (), True, lambda bb, c, ln, v=value: v)
+    lower_ops(em, body.ops)
+    term = body.terminator
+    assert term is not None
+    return [em.tile(v).load(b, [], None) for v in term.operands]
+
+
 @lowering("map")
 def _map(em: Emitter, op: Op) -> None:
     """One loop over the layout; the scalar body is emitted inside it for each element."""
@@ -68,23 +89,27 @@ def _map(em: Emitter, op: Op) -> None:
     first = op.operands[0].type
     assert isinstance(first, TileType)
     uniform = all(x.uniform for x in ins)
+    b = em.b
+    if len(op.results) == 1 and _fusable(em, op):
+        t = op.result.type
+        assert isinstance(t, TileType)
+
+        def emit(bb: ir.IRBuilder, coords: list[ir.Value], lane: ir.Value | None) -> ir.Value:
+            return _element(em, op, ins, coords, lane)[0]
+
+        em.env[op.result] = Recipe(t.dtype, t.shape, uniform, emit,
+                                   tuple(leaf for x in ins for leaf in x.leaves()),
+                                   all(x.aligned for x in ins), 8)
+        return
     outs = []
     for r in op.results:
         t = r.type
         assert isinstance(t, TileType)
         outs.append(em.new_array(t.dtype, t.shape, uniform, owner=r))
-    body = op.body
-    b = em.b
 
     def element(coords: list[ir.Value], lane: ir.Value | None) -> None:
-        for arg, x in zip(body.args, ins, strict=True):
-            value = x.load(b, coords, lane)
-            em.env[arg] = Recipe(x.dtype, (), True, lambda bb, c, ln, v=value: v)
-        lower_ops(em, body.ops)
-        term = body.terminator
-        assert term is not None
-        for out, v in zip(outs, term.operands, strict=True):
-            out.store(b, coords, lane, em.tile(v).load(b, [], None))
+        for out, v in zip(outs, _element(em, op, ins, coords, lane), strict=True):
+            out.store(b, coords, lane, v)
 
     em.for_each(first.shape, uniform, element)
     for r, out in zip(op.results, outs, strict=True):
