@@ -21,10 +21,6 @@ def _operands(em: Emitter, op: Op) -> tuple[Idx, Idx, ir.Value, ir.Value, bool]:
     return a, b, em.splat(a), em.splat(b), False
 
 
-def _interval(lo: int | None, hi: int | None) -> tuple[int | None, int | None]:
-    return lo, hi
-
-
 def _combine(a: Idx, b: Idx, fn) -> tuple[int | None, int | None]:
     if not (a.bounded() and b.bounded()):
         return None, None
@@ -86,14 +82,7 @@ def _divisor(em: Emitter, y: ir.Value) -> ir.Value:
 @lowering("index.floordiv")
 def _floordiv(em: Emitter, op: Op) -> None:
     a, bi, x, y, u = _operands(em, op)
-    b = em.b
-    y = _divisor(em, y)
-    q = b.sdiv(x, y)
-    r = b.srem(x, y)
-    adjust = b.and_(b.icmp_signed("!=", r, _const_like(r, 0)),
-                    b.xor(b.icmp_signed("<", r, _const_like(r, 0)),
-                          b.icmp_signed("<", y, _const_like(y, 0))))
-    q = b.sub(q, b.zext(adjust, q.type))
+    q, _ = sc.floor_divmod(em.b, x, _divisor(em, y))
     lo = hi = None
     if a.bounded() and bi.bounded() and bi.lo > 0:
         lo, hi = _combine(a, bi, lambda p, q_: p // q_)
@@ -103,13 +92,7 @@ def _floordiv(em: Emitter, op: Op) -> None:
 @lowering("index.mod")
 def _mod(em: Emitter, op: Op) -> None:
     a, bi, x, y, u = _operands(em, op)
-    b = em.b
-    y = _divisor(em, y)
-    r = b.srem(x, y)
-    adjust = b.and_(b.icmp_signed("!=", r, _const_like(r, 0)),
-                    b.xor(b.icmp_signed("<", r, _const_like(r, 0)),
-                          b.icmp_signed("<", y, _const_like(y, 0))))
-    r = b.select(adjust, b.add(r, y), r)
+    _, r = sc.floor_divmod(em.b, x, _divisor(em, y))
     lo = hi = None
     if bi.bounded() and bi.lo > 0:
         lo, hi = 0, bi.hi - 1

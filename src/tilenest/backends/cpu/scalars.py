@@ -203,42 +203,52 @@ def _safe_divisor(b: ir.IRBuilder, y: ir.Value) -> tuple[ir.Value, ir.Value]:
     return zero, b.select(zero, ir.Constant(y.type, 1), y)
 
 
+def _const_like(v: ir.Value, c: int) -> ir.Constant:
+    if isinstance(v.type, ir.VectorType):
+        return ir.Constant(v.type, [c] * v.type.count)
+    return ir.Constant(v.type, c)
+
+
+def floor_divmod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """Python's floor division and modulo of signed integers (scalars or vectors), for a
+    divisor that is neither 0 nor -1 (callers guard those)."""
+    q0 = b.sdiv(x, y)
+    r0 = b.srem(x, y)
+    zero = _const_like(r0, 0)
+    adjust = b.and_(b.icmp_signed("!=", r0, zero),
+                    b.xor(b.icmp_signed("<", r0, zero), b.icmp_signed("<", y, zero)))
+    return b.sub(q0, b.zext(adjust, q0.type)), b.select(adjust, b.add(r0, y), r0)
+
+
+def _int_divmod(b: ir.IRBuilder, dtype: DType, x: ir.Value, y: ir.Value,
+                want_quotient: bool) -> ir.Value:
+    """numpy's integer // and %: x // 0 = x % 0 = 0, INT_MIN // -1 wraps."""
+    zero, ys = _safe_divisor(b, y)
+    if dtype.kind == "uint":
+        out = b.udiv(x, ys) if want_quotient else b.urem(x, ys)
+    else:
+        minus_one = b.icmp_signed("==", ys, ir.Constant(y.type, -1))
+        ys = b.select(minus_one, ir.Constant(y.type, 1), ys)
+        q, r = floor_divmod(b, x, ys)
+        if want_quotient:
+            out = b.select(minus_one, b.sub(ir.Constant(x.type, 0), x), q)
+        else:
+            out = b.select(minus_one, ir.Constant(x.type, 0), r)
+    return b.select(zero, ir.Constant(x.type, 0), out)
+
+
 @binary("floordiv")
 def _floordiv(b: ir.IRBuilder, dtype: DType, x: ir.Value, y: ir.Value) -> ir.Value:
     if dtype.is_float:
         return round_to(b, dtype, _float_floordiv(b, x, y))
-    zero, ys = _safe_divisor(b, y)
-    if dtype.kind == "uint":
-        q = b.udiv(x, ys)
-    else:
-        minus_one = b.icmp_signed("==", ys, ir.Constant(y.type, -1))
-        ys = b.select(minus_one, ir.Constant(y.type, 1), ys)
-        q0 = b.sdiv(x, ys)
-        r = b.srem(x, ys)
-        adjust = b.and_(b.icmp_signed("!=", r, ir.Constant(r.type, 0)),
-                        b.xor(b.icmp_signed("<", r, ir.Constant(r.type, 0)),
-                              b.icmp_signed("<", ys, ir.Constant(r.type, 0))))
-        q = b.sub(q0, b.zext(adjust, q0.type))
-        q = b.select(minus_one, b.sub(ir.Constant(x.type, 0), x), q)
-    return b.select(zero, ir.Constant(x.type, 0), q)
+    return _int_divmod(b, dtype, x, y, True)
 
 
 @binary("mod")
 def _mod(b: ir.IRBuilder, dtype: DType, x: ir.Value, y: ir.Value) -> ir.Value:
     if dtype.is_float:
         return round_to(b, dtype, _float_mod(b, x, y))
-    zero, ys = _safe_divisor(b, y)
-    if dtype.kind == "uint":
-        r = b.urem(x, ys)
-    else:
-        minus_one = b.icmp_signed("==", ys, ir.Constant(y.type, -1))
-        ys = b.select(minus_one, ir.Constant(y.type, 1), ys)
-        r0 = b.srem(x, ys)
-        adjust = b.and_(b.icmp_signed("!=", r0, ir.Constant(r0.type, 0)),
-                        b.xor(b.icmp_signed("<", r0, ir.Constant(r0.type, 0)),
-                              b.icmp_signed("<", ys, ir.Constant(r0.type, 0))))
-        r = b.select(adjust, b.add(r0, ys), r0)
-    return b.select(zero, ir.Constant(x.type, 0), r)
+    return _int_divmod(b, dtype, x, y, False)
 
 
 def _float_mod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
