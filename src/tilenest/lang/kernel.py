@@ -213,9 +213,13 @@ class Kernel:
 
     @staticmethod
     def _options(kwargs: dict[str, Any]) -> dict[str, Any]:
-        return {k: kwargs.pop(k) for k in ("precision", "order", "seed", "check_races", "plan",
-                                   "policy")
-                if k in kwargs}
+        options = {k: kwargs.pop(k) for k in ("precision", "order", "seed", "check_races",
+                                              "plan", "policy", "constraints", "cost_policy",
+                                              "plan_budget")
+                   if k in kwargs}
+        if isinstance(options.get("constraints"), dict):  # options stay hashable
+            options["constraints"] = tuple(sorted(options["constraints"].items()))
+        return options
 
     def compile(self, *args: Any, target: str | None = None, **kwargs: Any) -> CompiledKernel:
         """Capture (if needed) and prepare for `target`; the result is callable."""

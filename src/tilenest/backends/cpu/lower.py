@@ -25,6 +25,7 @@ from tilenest.errors import BackendError
 from tilenest.ir.core import Function, Op
 from tilenest.ir.dtypes import DType
 from tilenest.ir.ops import EFFECT, REGION, has_trait
+from tilenest.plan.traversal import grouped_coords
 
 
 @dataclass
@@ -88,28 +89,64 @@ def _lower_root_values(em: Emitter, fn: Function) -> None:
             lower_op(em, op)
 
 
+class _IrArith:
+    """`plan.traversal.Arith` over LLVM i64 scalars or <lanes x i64> vectors (values are
+    non-negative, so unsigned division is exact)."""
+
+    def __init__(self, b: ir.IRBuilder, lanes: int) -> None:
+        self.b, self.lanes = b, lanes
+
+    def const(self, v: int) -> ir.Value:
+        if self.lanes == 1:
+            return c64(v)
+        return ir.Constant(ir.VectorType(sc.I64, self.lanes), [v] * self.lanes)
+
+    def add(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.b.add(a, b)
+
+    def sub(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.b.sub(a, b)
+
+    def mul(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.b.mul(a, b)
+
+    def div(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.b.udiv(a, b)
+
+    def rem(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.b.urem(a, b)
+
+    def min(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.b.select(self.b.icmp_unsigned("<", a, b), a, b)
+
+
 def _program_coords(em: Emitter, op: Op, j: ir.Value, lanes: int,
-                    order: tuple[int, ...]) -> list[Idx]:
-    """Unflatten program number(s) j into the root domain coordinates."""
-    b = em.b
+                    order: tuple[int, ...], traversal: tuple[int, int] = (1, 1)) -> list[Idx]:
+    """Unflatten program number(s) j into the root domain coordinates: the last two ordered
+    axes follow the grouped-rectangle traversal (`plan.traversal`, a proven bijection),
+    earlier axes are batches in row-major order."""
     domain = op.attrs["domain"]
     extents = [e for _, e in domain]
-
-    def const(v: int) -> ir.Value:
-        if lanes == 1:
-            return c64(v)
-        return ir.Constant(ir.VectorType(sc.I64, lanes), [v] * lanes)
-
-    coords: list[Idx | None] = [None] * len(extents)
+    ar = _IrArith(em.b, lanes)
+    values: list[ir.Value | None] = [None] * len(extents)
     rem = j
-    for t in reversed(range(len(order))):
-        axis = order[t]
+    head = order
+    if len(order) >= 2 and traversal != (1, 1):
+        rows, cols = extents[order[-2]], extents[order[-1]]
+        grid = ar.const(rows * cols)
+        inner = ar.rem(rem, grid) if len(order) > 2 else rem
+        r, c = grouped_coords(ar, inner, rows, cols, *traversal)
+        values[order[-2]], values[order[-1]] = r, c
+        rem = ar.div(rem, grid)
+        head = order[:-2]
+    for t in reversed(range(len(head))):
+        axis = head[t]
         d = extents[axis]
-        value = b.urem(rem, const(d)) if t > 0 else rem
-        coords[axis] = Idx(value, lanes == 1, 0, d - 1)
+        values[axis] = ar.rem(rem, ar.const(d)) if t > 0 else rem
         if t > 0:
-            rem = b.udiv(rem, const(d))
-    return [c for c in coords if c is not None]
+            rem = ar.div(rem, ar.const(d))
+    return [Idx(v, lanes == 1, 0, extents[a] - 1) for a, v in enumerate(values)
+            if v is not None]
 
 
 def _packet_numbers(em: Emitter, j0: ir.Value, lanes: int) -> ir.Value:
@@ -146,7 +183,8 @@ def _emit_parallel_phase(module: ir.Module, name: str, fn: Function, op: Op, pla
 
     def packet(j0: ir.Value) -> None:
         j = _packet_numbers(em, j0, lanes)
-        for arg, c in zip(body.args, _program_coords(em, op, j, lanes, order), strict=True):
+        coords = _program_coords(em, op, j, lanes, order, plan.program_traversal)
+        for arg, c in zip(body.args, coords, strict=True):
             em.env[arg] = c
         lower_ops(em, body.ops)
 
@@ -166,10 +204,27 @@ def _emit_root_phase(module: ir.Module, name: str, fn: Function, ops: list[Op],
     return PhaseSpec(name, 1, 1)
 
 
+@dataclass
+class EmittedModule:
+    """The in-memory module and the facts emission decided (what resource analysis reads)."""
+
+    module: ir.Module
+    phases: list[PhaseSpec]
+    errors: list[str]
+    facts: Facts
+
+
 def lower_function(fn: Function, plan: CpuPlan, vector_bits: int, *,
                    assume_no_alias: bool) -> LoweredModule:
     """The LLVM IR of a function under a plan (streaming loads only under `assume_no_alias`,
     which the launcher checks at every invocation)."""
+    em = emit_module(fn, plan, vector_bits, assume_no_alias=assume_no_alias)
+    return LoweredModule(str(em.module), em.phases, em.errors, len(em.facts.streamed))
+
+
+def emit_module(fn: Function, plan: CpuPlan, vector_bits: int, *,
+                assume_no_alias: bool) -> EmittedModule:
+    """Emit every phase of `fn` into an llvmlite module (no text, no JIT)."""
     module = ir.Module(name=fn.name)
     facts = Facts(UseInfo.of(fn), vector_bits, assume_no_alias, plan)
     errors: list[str] = []
@@ -194,7 +249,7 @@ def lower_function(fn: Function, plan: CpuPlan, vector_bits: int, *,
             _check_root_effect(fn, op)
             pending.append(op)
     flush()
-    return LoweredModule(str(module), phases, errors, len(facts.streamed))
+    return EmittedModule(module, phases, errors, facts)
 
 
 def _check_root_effect(fn: Function, op: Op) -> None:

@@ -32,6 +32,7 @@ class CpuPlan:
     microkernel_vectors: int = 2     # V: vectors per row of the register block
     num_threads: int = 0             # 0: the runtime's default pool
     allow_fma: bool = False          # numerical policy: FMA contraction only when allowed
+    program_traversal: tuple[int, int] = (1, 1)  # grouped rectangles (rows, cols) of programs
 
     def with_(self, **changes: Any) -> CpuPlan:
         return replace(self, **changes)
@@ -68,8 +69,16 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
     if plan.block_size % lanes:
         raise _fail("block_size", f"{plan.block_size} is not a multiple of the {lanes} "
                                   f"programs of a packet")
+    trav = plan.program_traversal
+    if not (isinstance(trav, tuple) and len(trav) == 2 and all(
+            isinstance(t, int) and t >= 1 for t in trav)):
+        raise _fail("program_traversal", f"must be (group rows, group columns) >= 1, got "
+                                         f"{trav!r}")
     for op in root_parallels(fn):
         rank = len(op.attrs["domain"])
+        if trav != (1, 1) and rank < 2:
+            raise _fail("program_traversal", f"grouped traversal {trav} needs two root axes; "
+                                             f"the parallel at {op.loc} has {rank}")
         order = plan.root_axis_order
         if order is not None and sorted(order) != list(range(rank)):
             raise _fail("root_axis_order", f"{order} is not a permutation of the {rank} root "

@@ -1,67 +1,376 @@
-"""The CPU target: host facts, the default plan, and preparing a function to run."""
+"""The CPU target: host facts, the planner's target info and cost prior, and `prepare`.
+
+Every compile goes through `tilenest.plan.plan`: the declared space (root-axis orders x
+distributions x block sizes x task grains x traversals) is admitted (geometry, static
+snapshot demand from this backend's own emission, the stack budget) and ranked by the
+seed-004 analytic prior; a fixed `plan=CpuPlan(...)` or `constraints={...}` pins controls
+exactly. The prior is uncalibrated relative work, not time.
+"""
 
 from __future__ import annotations
 
+import math
+import resource as _rlimit
+from collections.abc import Mapping
+from dataclasses import fields
+from functools import cache
 from typing import Any
 
+from llvmlite import ir
+
+from tilenest.analysis.resources import (
+    AllocationSite,
+    ExecutionResources,
+    ResourceLimits,
+    summarize,
+)
+from tilenest.analysis.uses import UseInfo
+from tilenest.analysis.work import ExecutionWork
 from tilenest.backends.cpu.jit import host_info
-from tilenest.backends.cpu.plan import CpuPlan, default_plan, validate
+from tilenest.backends.cpu.plan import CpuPlan, validate
 from tilenest.backends.registry import Executable
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
 from tilenest.numerics import as_policy
+from tilenest.plan.constraints import Constraints
+from tilenest.plan.cost import CostBreakdown, CostPolicy
+from tilenest.plan.explain import render
+from tilenest.plan.records import (
+    ROW_MAJOR,
+    Admission,
+    Atom,
+    Candidate,
+    Distribution,
+    DistributionKind,
+    RejectionCategory,
+    Schedule,
+)
+from tilenest.plan.search import DEFAULT_BUDGET, PlannerOptions, plan, require_selection
+from tilenest.plan.target import ScheduledWork, TargetFacts
 from tilenest.runtime.pool import env_num_threads
+
+# Seed 004 §4: the reusable CPU info proposes these block widths, in lanes.
+BLOCK_WIDTHS = (32, 64, 128, 256, 512, 1024)
+# Seed 004 §4 default weights of the relative-work prior.
+SEED_WEIGHTS: dict[str, float] = {"arithmetic": 1.0, "broadcast": 1.0, "contiguous": 2.0,
+                                  "gathered": 2.0, "block": 128.0, "task": 0.0,
+                                  "activation": 0.0}
+GROUPED_TRAVERSAL = (4, 4)
+TERMS = ("arithmetic", "memory", "dispatch", "imbalance", "task", "activation")
 
 
 def packet_width(dtype_bits: int = 32) -> int:
     return max(1, host_info().vector_bits // dtype_bits)
 
 
+@cache
+def snapshot_budget() -> int:
+    """Per-worker bytes of private tile storage: half the thread stack (allocas live on the
+    stack of the pool's threads, which get the process's soft stack limit, 8 MiB if none)."""
+    soft, _ = _rlimit.getrlimit(_rlimit.RLIMIT_STACK)
+    stack = 8 << 20 if soft in (_rlimit.RLIM_INFINITY, -1) or soft <= 0 else soft
+    return min(stack, 8 << 20) // 2
+
+
+# ------------------------------------------------------------------------- cost prior
+
+
+class CpuCostPolicy(CostPolicy):
+    """The seed-004 analytic prior, term for term (per phase, summed over phases):
+
+        a = w_arith * (arithmetic + indexed reads)
+        m = w_bcast * broadcast + w_contig * (contiguous + snapshot stores)
+            + w_gather * (gathered lanes + indexed reads)
+        arithmetic = a * Q / h          memory   = m * Q / h
+        dispatch   = w_block * critical_blocks
+        imbalance  = max(0, critical_packets - Q / h) * (a + m)
+        task       = w_task * critical_tasks
+        activation = w_activation if h > 1 else 0
+    """
+
+    name = "cpu analytic prior (seed 004)"
+
+    def __init__(self, **weights: float) -> None:
+        unknown = set(weights) - set(SEED_WEIGHTS)
+        if unknown:
+            raise ArgumentError(f"unknown cost weights {sorted(unknown)}; known: "
+                                f"{sorted(SEED_WEIGHTS)}", loc=None)
+        self.weights = {**SEED_WEIGHTS, **weights}
+
+    def coefficients(self) -> Mapping[str, float]:
+        return dict(self.weights)
+
+    def evaluate(self, candidate: Candidate, work: ScheduledWork) -> CostBreakdown:
+        w = self.weights
+        totals = dict.fromkeys(TERMS, 0.0)
+        for ph, s in zip(work.work.phases, work.schedule, strict=True):
+            a = w["arithmetic"] * (ph.arithmetic + ph.indexed_reads)
+            m = (w["broadcast"] * ph.broadcast
+                 + w["contiguous"] * (ph.contiguous + ph.snapshot_stores)
+                 + w["gathered"] * (ph.gathered + ph.indexed_reads))
+            q, h = s["packets"], s["workers"]
+            totals["arithmetic"] += a * q / h
+            totals["memory"] += m * q / h
+            totals["dispatch"] += w["block"] * s["critical_blocks"]
+            totals["imbalance"] += max(0.0, s["critical_packets"] - q / h) * (a + m)
+            totals["task"] += w["task"] * s["critical_tasks"]
+            totals["activation"] += w["activation"] if h > 1 else 0.0
+        return CostBreakdown.of(totals)
+
+
+def home_chunks(packets: int, blocks: int, grain: int, workers: int,
+                packets_per_block: float) -> dict[str, float]:
+    """Seed 004's exact static home-chunk critical path of one launch."""
+    g = max(1, min(grain, blocks))
+    chunks = -(-blocks // g) if blocks else 0
+    h = max(1, min(workers, chunks))
+    if h == 1:
+        return {"packets": packets, "workers": 1, "critical_packets": packets,
+                "critical_blocks": blocks, "critical_tasks": 1, "chunks": chunks}
+    full = chunks - 1
+    per_chunk = g * packets_per_block
+    last = packets - full * per_chunk
+    crit_packets = max(math.ceil(full / h) * per_chunk, (full // h) * per_chunk + last)
+    last_blocks = blocks - full * g
+    crit_blocks = max(math.ceil(full / h) * g, (full // h) * g + last_blocks)
+    return {"packets": packets, "workers": h, "critical_packets": crit_packets,
+            "critical_blocks": crit_blocks, "critical_tasks": math.ceil(chunks / h),
+            "chunks": chunks}
+
+
+# ------------------------------------------------------------------------- target info
+
+
+def _type_bytes(t: ir.Type) -> int:
+    if isinstance(t, ir.IntType):
+        return max(1, t.width // 8)
+    if isinstance(t, ir.VectorType):
+        return t.count * _type_bytes(t.element)
+    if isinstance(t, ir.ArrayType):
+        return t.count * _type_bytes(t.element)
+    return {ir.HalfType: 2, ir.FloatType: 4, ir.DoubleType: 8}.get(type(t), 8)
+
+
+class CpuTargetInfo:
+    """The host CPU as the planner sees it; `settings` are the fixed non-searched fields
+    (and `fixed` the searched controls pinned by the caller)."""
+
+    def __init__(self, width: int, workers: int, vector_bits: int,
+                 constraints: Constraints | None = None, *, fma_requested: bool = False,
+                 allow_fma: bool = False, budget: int | None = None) -> None:
+        self.width, self.workers, self.vector_bits = width, workers, vector_bits
+        self.constraints = constraints or Constraints()
+        self.fma_requested, self.allow_fma = fma_requested, allow_fma
+        self.budget = snapshot_budget() if budget is None else budget
+        self._resources: dict[int, ExecutionResources] = {}
+
+    def target(self) -> TargetFacts:
+        info = host_info()
+        return TargetFacts("cpu", self.width, self.workers,
+                           f"{info.cpu_name}, {self.vector_bits}-bit vectors")
+
+    def distributions(self, fn: Function) -> tuple[Distribution, ...]:
+        local = Distribution(DistributionKind.PACKET_LOCAL, 1)
+        if self.width == 1:
+            return (local,)
+        return local, Distribution(DistributionKind.PROGRAM_PER_LANE, self.width)
+
+    def distribution_for(self, local_lanes: int) -> Distribution:
+        if local_lanes == 1 and self.width > 1:
+            return Distribution(DistributionKind.PROGRAM_PER_LANE, self.width)
+        return Distribution(DistributionKind.PACKET_LOCAL, 1)
+
+    def block_sizes(self, distribution: Distribution) -> tuple[int, ...]:
+        lanes = distribution.programs_per_packet
+        per_program = self.width if lanes == 1 else 1
+        return tuple(sorted({max(1, b // per_program) for b in BLOCK_WIDTHS
+                             if (b // per_program) % lanes == 0}))
+
+    def supports_task_grain(self) -> bool:
+        return True
+
+    def task_grains(self, blocks: int) -> tuple[int, ...]:
+        """Powers of four up to the launch, the runtime's legacy grain, the whole launch."""
+        grains = {max(1, -(-blocks // (self.workers * 32))), max(1, blocks)}
+        g = 1
+        while g < blocks:
+            grains.add(g)
+            g *= 4
+        return tuple(sorted(grains))
+
+    def traversals(self, extents: tuple[int, ...], order: tuple[int, ...]
+                   ) -> tuple[tuple[int, int], ...]:
+        if len(order) < 2 or len(extents) != len(order):
+            return (ROW_MAJOR,)
+        rows, cols = extents[order[-2]], extents[order[-1]]
+        if rows > 1 and cols > GROUPED_TRAVERSAL[1]:
+            return ROW_MAJOR, GROUPED_TRAVERSAL
+        return (ROW_MAJOR,)
+
+    def realize(self, candidate: Candidate) -> CpuPlan:
+        b = candidate.binding
+        fields_: dict[str, Any] = dict(self.constraints.items())
+        fields_.pop("allow_fma", None)
+        searched = {"root_axis_order": b.root_axis_order or None, "block_size": b.block_size,
+                    "local_lanes": 1 if candidate.distribution.programs_per_packet > 1
+                    else self.width, "blocks_per_task": b.task_grain,
+                    "program_traversal": b.traversal}
+        for name, value in searched.items():
+            fields_.setdefault(name, value)
+        return CpuPlan(**fields_).with_(allow_fma=self.allow_fma)
+
+    def accepts(self, fn: Function, candidate: Candidate) -> None:
+        if self.fma_requested and not self.allow_fma:
+            raise Admission(RejectionCategory.SEMANTIC, "allow_fma",
+                            "the plan contracts multiply-adds into FMA but the numerical "
+                            "policy does not allow it (pass policy=tn.FMA)")
+        try:
+            validate(self.realize(candidate), fn, self.width)
+        except BackendError as e:
+            msg = e.plain_message
+            name = msg.split(":", 1)[0].removeprefix("CpuPlan.") if msg.startswith(
+                "CpuPlan.") else "plan"
+            raise Admission(RejectionCategory.TARGET, name, msg) from None
+
+    def resources(self, fn: Function, candidate: Candidate) -> ExecutionResources:
+        """B(r), A(r) from the fallback build's own emission (loads snapshot there), which
+        bounds the fast build's storage; cached per distribution."""
+        from tilenest.backends.cpu.lower import emit_module
+
+        lanes = candidate.distribution.programs_per_packet
+        if lanes not in self._resources:
+            p = self.realize(candidate)
+            emitted = emit_module(fn, p, self.vector_bits, assume_no_alias=False)
+            sites = [AllocationSite(f.name, instr.allocated_type.count,
+                                    _type_bytes(instr.allocated_type.element))
+                     for f in emitted.module.functions for block in f.blocks
+                     for instr in block.instructions if isinstance(instr, ir.AllocaInstr)]
+            loads = [op for op in fn.walk() if op.name == "load"]
+            stored = UseInfo.of(fn).stored_params
+            eligible = sum(1 for op in loads if p.stream_loads and op.operands[0] not in stored)
+            self._resources[lanes] = summarize(sites, streamed_loads=eligible,
+                                               snapshot_loads=len(loads) - eligible)
+        return self._resources[lanes]
+
+    def resource_limits(self, candidate: Candidate) -> ResourceLimits:
+        return ResourceLimits(snapshot_bytes_per_worker=self.budget)
+
+    def schedule(self, candidate: Candidate, work: ExecutionWork) -> tuple[dict, ...]:
+        p = self.realize(candidate)
+        workers = p.num_threads or self.workers
+        lanes = candidate.distribution.programs_per_packet
+        out = []
+        for ph in work.phases:
+            blocks = -(-ph.programs // p.block_size)
+            per_block = p.block_size / lanes
+            out.append(home_chunks(ph.packets, blocks, p.blocks_per_task, workers, per_block))
+        return tuple(out)
+
+    def cost_policy(self) -> CostPolicy:
+        return CpuCostPolicy()
+
+    def complete(self, fn: Function, candidate: Candidate) -> Candidate:
+        """Fill in A (per-mma atoms), Theta and R's representation table."""
+        from dataclasses import replace
+
+        p = self.realize(candidate)
+        stored = UseInfo.of(fn).stored_params
+        atoms, reps, windows = [], [], []
+        for op in fn.walk():
+            where = str(op.loc) if op.loc else op.name
+            if op.name == "mma":
+                atoms.append(Atom(where, p.matrix_atom))
+            elif op.name == "load":
+                eligible = p.stream_loads and op.operands[0] not in stored
+                reps.append((where, "stream-if-disjoint" if eligible else "snapshot"))
+            elif op.name == "pipeline":
+                windows.append((where, int(op.attrs["window"])))
+        return replace(candidate, atoms=tuple(atoms),
+                       resources=replace(candidate.resources, representations=tuple(reps)),
+                       schedule=Schedule(p.reduction_partitions, tuple(windows)))
+
+
+# ------------------------------------------------------------------------- prepare
+
+
+def _constraints(options: dict[str, Any], width: int) -> tuple[Constraints, bool]:
+    """Fixed controls from `plan=` (every field) and/or `constraints=`; FMA requested?"""
+    fixed = options.get("plan")
+    pairs: dict[str, Any] = {}
+    fma = False
+    if fixed is not None:
+        if not isinstance(fixed, CpuPlan):
+            raise ArgumentError(f"plan= must be a CpuPlan for the cpu target, got {fixed!r}")
+        pairs = {f.name: getattr(fixed, f.name) for f in fields(fixed)}
+        fma = bool(pairs.pop("allow_fma"))
+    extra = Constraints.of(options.get("constraints")).pairs
+    known = {f.name for f in fields(CpuPlan)}
+    for name, value in extra:
+        if name not in known:
+            raise ArgumentError(f"unknown cpu plan control {name!r}; known: {sorted(known)}")
+        if name in pairs and pairs[name] != value:
+            raise ArgumentError(f"constraint {name}={value!r} contradicts plan= "
+                                f"({pairs[name]!r})")
+        if name == "allow_fma":
+            fma = bool(value)
+            continue
+        pairs[name] = value
+    if pairs.get("local_lanes") == 0:
+        pairs["local_lanes"] = width
+    return Constraints.of(pairs), fma
+
+
+def plan_cpu(fn: Function, options: dict[str, Any]):  # -> (PlanningResult, CpuTargetInfo)
+    """Run the planner for `fn` on the host CPU under `options` (no JIT)."""
+    width = packet_width()
+    policy = as_policy(options.get("policy"))
+    cons, fma = _constraints(options, width)
+    workers = cons.get("num_threads") or env_num_threads()
+    info = CpuTargetInfo(width, workers, host_info().vector_bits, cons, fma_requested=fma,
+                         allow_fma=policy.allow_fma)
+    opts = PlannerOptions(constraints=cons, cost_policy=options.get("cost_policy"),
+                          budget=options.get("plan_budget", DEFAULT_BUDGET))
+    return plan(fn, info, opts), info
+
+
 def prepare(fn: Function, options: dict[str, Any]) -> Executable:
-    """Plan (the default rule, or the `plan=` option) and compile for the host CPU."""
+    """Plan (every compile) and compile for the host CPU."""
     from tilenest.backends.cpu.launch import CpuExecutable
 
-    width = packet_width()
-    plan = options.get("plan")
-    if plan is None:
-        plan = default_plan(fn, width, env_num_threads())
-    elif not isinstance(plan, CpuPlan):
-        raise ArgumentError(f"plan= must be a CpuPlan for the cpu target, got {plan!r}")
-    if plan.local_lanes == 0:
-        plan = plan.with_(local_lanes=width)
+    result, info = plan_cpu(fn, options)
+    selected = require_selection(result, fn.name)
+    chosen = selected.plan
+    exe = CpuExecutable(fn, chosen)
+    host = host_info()
     policy = as_policy(options.get("policy"))
-    if plan.allow_fma and not policy.allow_fma:
-        raise BackendError("the plan contracts multiply-adds into FMA but the numerical policy "
-                           "does not allow it (pass policy=tn.FMA)", loc=None)
-    plan = plan.with_(allow_fma=policy.allow_fma)
-    validate(plan, fn, width)
-    exe = CpuExecutable(fn, plan)
-    _dump(fn.name, exe)
-    info = host_info()
     explanation = (
         f"numerical policy: {policy.describe()}\n"
-        f"target cpu ({info.cpu_name}, {info.vector_bits}-bit vectors, packet width {width} "
-        f"x f32, {env_num_threads()} threads)\nplan: {plan.describe()}\n"
+        f"target cpu ({host.cpu_name}, {host.vector_bits}-bit vectors, packet width "
+        f"{info.width} x f32, {info.workers} threads)\nplan: {chosen.describe()}\n"
         f"phases: " + ", ".join(f"{p.name} ({p.programs} programs, {p.lanes} per packet)"
-                                 for p in exe.fast.lowered.phases))
-    return Executable("cpu", fn, exe.run, plan=plan, source=exe.fast.lowered.llvm_ir,
-                      explanation=explanation, extras={"executable": exe})
+                                 for p in exe.fast.lowered.phases) + "\n" + render(result))
+    _dump(fn.name, exe, explanation)
+    return Executable("cpu", fn, exe.run, plan=chosen, source=exe.fast.lowered.llvm_ir,
+                      explanation=explanation,
+                      extras={"executable": exe, "planning": result})
 
 
-def _dump(name: str, exe: Any) -> None:
+def _dump(name: str, exe: Any, explanation: str) -> None:
     import os
     import sys
 
     from tilenest.config import config
 
     cfg = config()
-    artifacts = {"llvm": exe.fast.lowered.llvm_ir, "llvm-opt": exe.fast.compiled.llvm_ir}
-    for stage, text in artifacts.items():
+    artifacts = {"plan": (explanation, "txt"),
+                 "llvm": (exe.fast.lowered.llvm_ir, "ll"),
+                 "llvm-opt": (exe.fast.compiled.llvm_ir, "ll")}
+    for stage, (text, ext) in artifacts.items():
         if stage not in cfg.dump:
             continue
         if cfg.dump_dir:
             os.makedirs(cfg.dump_dir, exist_ok=True)
-            with open(os.path.join(cfg.dump_dir, f"{name}.{stage}.ll"), "w") as f:
+            with open(os.path.join(cfg.dump_dir, f"{name}.{stage}.{ext}"), "w") as f:
                 f.write(text)
         else:
             print(text, file=sys.stderr)

@@ -1,0 +1,227 @@
+"""Work extraction: what one packet of a candidate executes, by kind of work.
+
+For each root `parallel` (a phase) and a candidate's root-axis order and distribution, this
+counts per packet: arithmetic (vector operations), memory operations by access class
+(broadcast, contiguous, gathered lanes), definition-time snapshot stores, runtime indexed
+reads and `mma` multiply-adds, with loop repetition (serial / pipeline / reduce extents)
+multiplied in. Access classes come from an address-slope analysis of load/store origins:
+
+- one program per lane: the flat address slope along the innermost root axis (the axis
+  whose consecutive programs share a packet): 0 broadcast, +-1 contiguous, else gathered;
+- packet-local: the tensor stride along the tile's innermost region axis (the axis the
+  packet vectorizes): 1 contiguous, 0 or extent 1 broadcast, else gathered.
+
+An innermost extent not divisible by the packet width conservatively doubles that access's
+memory work (seed 004 §4). These are relative-work features for a cost prior, not proven
+facts: codegen never consumes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from tilenest.ir.core import Function, Op, Value
+from tilenest.ir.ops import ELEMENTWISE, has_trait, mma_roles
+from tilenest.ir.types import TensorType, TileType
+
+Affine = tuple[dict[int, int], int | None] | None  # root-axis coefficients, constant part
+
+PROGRAM_PER_LANE = "program-per-lane"
+PACKET_LOCAL = "packet-local"
+
+
+@dataclass(frozen=True)
+class PhaseWork:
+    """Per-packet work of one root `parallel` under one order and distribution."""
+
+    region: str
+    programs: int
+    packets: int
+    arithmetic: float
+    broadcast: float
+    contiguous: float
+    gathered: float
+    snapshot_stores: float
+    indexed_reads: float
+    mma: float
+    loop_repetition: int
+
+    def memory_counts(self) -> dict[str, float]:
+        return {"broadcast": self.broadcast, "contiguous": self.contiguous,
+                "gathered": self.gathered}
+
+
+@dataclass(frozen=True)
+class ExecutionWork:
+    phases: tuple[PhaseWork, ...]
+    packet_width: int
+    distribution: str
+    root_axis_order: tuple[int, ...]
+
+
+class _Counter:
+    def __init__(self, kind: str, width: int, inner_root_extent: int) -> None:
+        self.kind = kind
+        self.width = width
+        self.inner_root_extent = inner_root_extent
+        self.arith = self.bcast = self.contig = self.gather = 0.0
+        self.snap = self.indexed = self.mma = 0.0
+        self.max_rep = 1
+
+    def vec(self, shape: tuple[int, ...]) -> float:
+        """Packet operations that cover a tile of `shape`."""
+        if self.kind == PROGRAM_PER_LANE:
+            return float(prod(shape))
+        if not shape:
+            return 1.0
+        return float(prod(shape[:-1]) * -(-shape[-1] // self.width))
+
+    def access(self, shape: tuple[int, ...], slope: int | None, inner_stride: int | None,
+               rep: int) -> None:
+        numel = prod(shape)
+        if self.kind == PROGRAM_PER_LANE:
+            tail = self.inner_root_extent % self.width != 0
+            scale = rep * (2 if tail else 1)
+            if slope == 0:
+                self.bcast += numel * scale
+            elif slope is not None and abs(slope) == 1:
+                self.contig += numel * scale
+            else:
+                self.gather += numel * self.width * scale
+            return
+        inner = shape[-1] if shape else 1
+        tail = inner > 1 and inner % self.width != 0
+        scale = rep * (2 if tail else 1)
+        if inner == 1 or inner_stride == 0:
+            self.bcast += numel * scale
+        elif inner_stride == 1:
+            self.contig += self.vec(shape) * scale
+        else:
+            self.gather += numel * scale
+
+
+class _Slopes:
+    """Affine forms of index values in the root coordinates (None: not affine)."""
+
+    def __init__(self, root: Op) -> None:
+        self.memo: dict[Value, Affine] = {}
+        for i, a in enumerate(root.body.args[:len(root.attrs["domain"])]):
+            self.memo[a] = ({i: 1}, 0)
+
+    def of(self, v: Value) -> Affine:
+        if v in self.memo:
+            return self.memo[v]
+        owner = v.owner
+        result: Affine = None
+        if not isinstance(owner, Op):
+            result = ({}, None)  # a nested region's own index: the same in every program
+        elif owner.name == "index.const":
+            result = ({}, owner.attrs["value"])
+        elif owner.name.startswith("index.") and len(owner.operands) == 2:
+            result = _combine(owner.name[6:], self.of(owner.operands[0]),
+                              self.of(owner.operands[1]))
+        self.memo[v] = result
+        return result
+
+
+def _combine(kind: str, x: Affine, y: Affine) -> Affine:
+    if x is None or y is None:
+        return None
+    (cx, kx), (cy, ky) = x, y
+    const = None if kx is None or ky is None else kx
+    if kind in ("add", "sub"):
+        sign = 1 if kind == "add" else -1
+        coeffs = dict(cx)
+        for a, c in cy.items():
+            coeffs[a] = coeffs.get(a, 0) + sign * c
+        return coeffs, None if const is None else kx + sign * ky  # type: ignore[operator]
+    if kind == "mul":
+        if not cx and kx is not None:
+            return {a: c * kx for a, c in cy.items()}, None if ky is None else kx * ky
+        if not cy and ky is not None:
+            return {a: c * ky for a, c in cx.items()}, None if kx is None else kx * ky
+    if not cx and not cy:
+        return {}, None
+    return None
+
+
+def _region_access(op: Op, tensor: TensorType, slopes: _Slopes, inner_axis: int
+                   ) -> tuple[int | None, int | None]:
+    """(flat address slope along the innermost root axis, stride of the tile's last axis)."""
+    origins = op.operands[1:1 + tensor.rank]
+    slope: int | None = 0
+    for o, stride in zip(origins, tensor.strides, strict=True):
+        form = slopes.of(o)
+        if form is None:
+            slope = None
+            break
+        slope += form[0].get(inner_axis, 0) * stride
+    kept = [i for i, e in enumerate(op.attrs["shape"]) if e is not None]
+    inner_stride = tensor.strides[kept[-1]] if kept else 0
+    return slope, inner_stride
+
+
+def _walk(ops: list[Op], rep: int, c: _Counter, slopes: _Slopes, inner_axis: int) -> None:
+    for op in ops:
+        name = op.name
+        if name in ("load", "store"):
+            tensor = op.operands[0].type
+            assert isinstance(tensor, TensorType)
+            t = op.result.type if name == "load" else op.operands[-1].type
+            assert isinstance(t, TileType)
+            region = tuple(e for e in op.attrs["shape"] if e is not None)
+            slope, inner_stride = _region_access(op, tensor, slopes, inner_axis)
+            c.access(region, slope, inner_stride, rep)
+            if name == "load":
+                c.snap += c.vec(t.shape) * rep
+        elif name == "mma":
+            a, b, acc = (v.type for v in op.operands)
+            assert isinstance(a, TileType) and isinstance(b, TileType)
+            assert isinstance(acc, TileType)
+            _, _, _, ks = mma_roles(a, b, acc)
+            k = prod(a.extent_of(d) for d in ks)
+            madds = acc.size * k * rep
+            c.mma += madds
+            c.arith += 2 * c.vec(acc.shape) * k * rep
+        elif name in ("extract", "take"):
+            c.indexed += rep * max(1, op.result.type.size)  # type: ignore[union-attr]
+        elif op.regions:
+            extents = prod(e for _, e in op.attrs.get("domain", ())) if name != "map" else 1
+            inner = rep * extents
+            if name == "map":
+                t = op.operands[0].type
+                assert isinstance(t, TileType)
+                scalar = sum(1 for o in op.body.ops if o.name != "yield")
+                c.arith += c.vec(t.shape) * scalar * rep
+                continue
+            c.max_rep = max(c.max_rep, inner)
+            _walk(op.body.ops, inner, c, slopes, inner_axis)
+        elif has_trait(op, ELEMENTWISE) or name in ("full", "arange", "broadcast"):
+            t = op.result.type
+            if isinstance(t, TileType):
+                c.arith += c.vec(t.shape) * rep
+
+
+def extract_work(fn: Function, root_axis_order: tuple[int, ...] | None, distribution: str,
+                 packet_width: int) -> ExecutionWork:
+    """The per-packet work of every root `parallel` under one order and distribution."""
+    phases: list[PhaseWork] = []
+    for op in fn.body.ops:
+        if op.name != "parallel":
+            continue
+        domain = op.attrs["domain"]
+        extents = [e for _, e in domain]
+        order = root_axis_order if root_axis_order is not None and \
+            len(root_axis_order) == len(extents) else tuple(range(len(extents)))
+        inner_axis = order[-1] if order else 0
+        programs = prod(extents)
+        per_lane = distribution == PROGRAM_PER_LANE
+        c = _Counter(distribution, packet_width, extents[inner_axis] if extents else 1)
+        _walk(op.body.ops, 1, c, _Slopes(op), inner_axis)
+        packets = -(-programs // packet_width) if per_lane else programs
+        phases.append(PhaseWork(str(op.loc) if op.loc else "parallel", programs, packets,
+                                c.arith, c.bcast, c.contig, c.gather, c.snap, c.indexed,
+                                c.mma, c.max_rep))
+    return ExecutionWork(tuple(phases), packet_width, distribution,
+                         tuple(root_axis_order or ()))

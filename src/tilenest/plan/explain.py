@@ -1,0 +1,81 @@
+"""Render a `PlanningResult` for people: status, the selected plan, ranked candidates with
+every cost term, and the rejected grouped by category with their reasons."""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+
+from rich.console import Console
+from rich.table import Table
+
+from tilenest.plan.search import PlanningResult
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}" if v < 1e6 else f"{v:.3e}"
+
+
+def candidate_table(result: PlanningResult, top: int | None = 20) -> Table:
+    terms = [n for n, _ in result.candidates[0].cost.terms] if result.candidates else []
+    shown = result.candidates if top is None else result.candidates[:top]
+    title = f"candidates ({len(shown)} of {len(result.candidates)} admitted, by rank)"
+    table = Table(title=title, title_justify="left")
+    for col in ("rank", "distribution", "order", "traversal", "block", "grain", *terms,
+                "total"):
+        table.add_column(col, justify="left" if col in ("distribution", "order", "traversal")
+                         else "right")
+    for s in shown:
+        b = s.candidate.binding
+        trav = "row-major" if b.traversal == (1, 1) else f"{b.traversal[0]}x{b.traversal[1]}"
+        table.add_row(str(s.rank), s.candidate.distribution.kind.value,
+                      str(b.root_axis_order), trav, str(b.block_size), str(b.task_grain),
+                      *(_fmt(v) for _, v in s.cost.terms), _fmt(s.cost.total))
+    return table
+
+
+def render(result: PlanningResult, top: int | None = 20, width: int = 160) -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, no_color=True, force_terminal=False)
+    counts = ", ".join(f"{k} {v}" for k, v in result.counts().items() if v)
+    console.print(
+        f"planner: {result.strategy}, status {result.status}; space {result.space_size}, "
+        f"{result.evaluations} evaluated, {len(result.rejected)} rejected"
+        + (f" ({counts})" if counts else "") + f"; {result.elapsed_ms:.1f} ms", highlight=False)
+    coeffs = ", ".join(f"{k}={v:g}" for k, v in result.coefficients.items())
+    console.print(f"cost policy: {result.policy} ({coeffs}); costs are relative work, "
+                  f"uncalibrated", highlight=False)
+    fixed = ", ".join(f"{k}={v!r}" for k, v in result.constraints.items())
+    if fixed:
+        console.print(f"fixed controls: {fixed}", highlight=False)
+    sel = result.selected
+    if sel is not None:
+        c = sel.candidate
+        console.print(f"selected: {c.describe()} (rank 1, total {_fmt(sel.cost.total)})",
+                      highlight=False)
+        if c.resources.demand is not None:
+            budget = c.resources.limits.snapshot_bytes_per_worker if c.resources.limits else None
+            console.print(f"resources: {c.resources.demand.describe()}; budget {budget} B",
+                          highlight=False)
+        if c.atoms:
+            console.print("atoms: " + ", ".join(f"{a.kind} @ {a.op}" for a in c.atoms),
+                          highlight=False)
+        console.print(f"schedule: reduction partitions {c.schedule.reduction_partitions}"
+                      + "".join(f", pipeline window {w} @ {r}"
+                                for r, w in c.schedule.pipeline_windows), highlight=False)
+        console.print("finalists (diverse): " + "; ".join(
+            f"#{f.rank} {f.candidate.describe()}" for f in result.finalists), highlight=False)
+        console.print(candidate_table(result, top))
+    groups: dict[str, list] = defaultdict(list)
+    for r in result.rejected:
+        groups[r.category.value].append(r)
+    for cat, rs in groups.items():
+        console.print(f"rejected: {cat} ({len(rs)})", highlight=False)
+        reasons: dict[tuple[str, str], int] = defaultdict(int)
+        for r in rs:
+            reasons[(r.constraint, r.reason)] += 1
+        for (constraint, reason), n in reasons.items():
+            example = next(r for r in rs if (r.constraint, r.reason) == (constraint, reason))
+            console.print(f"  x{n} [{constraint}] {reason} (e.g. {example.candidate.describe()};"
+                          f" at {example.region})", highlight=False)
+    return buf.getvalue()
