@@ -71,5 +71,12 @@ def _cpu() -> Preparer:
     return prepare
 
 
+def _cuda() -> Preparer:
+    from tilenest.backends.cuda.target import prepare
+
+    return prepare
+
+
 register_target("reference", _reference)
 register_target("cpu", _cpu)
+register_target("cuda", _cuda)

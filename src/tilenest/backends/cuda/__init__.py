@@ -1,0 +1,1 @@
+"""The NVIDIA GPU backend: TileIR + CudaPlan → Triton source → `triton.jit` → launch."""

@@ -1,0 +1,142 @@
+"""`CudaPlan`: every realization choice of the cuda backend, as one frozen record.
+
+Defaults come from a simple rule (`default_plan`); `candidates` enumerates the legal plans of
+the family so a planner can search them. A plan that cannot be realized raises a
+`BackendError` naming the field; it never silently changes. Tile extents (BM/BN/BK) are
+kernel constants, i.e. part of the captured IR, not of this record: the plan owns how they
+are padded (`min_dot_extent`) and everything about the launch.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from tilenest.errors import BackendError
+from tilenest.ir.core import Function, Op
+
+WARPS = (1, 2, 4, 8, 16)
+GROUP_SIZES = (1, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class CudaPlan:
+    root_axis_order: tuple[int, ...] | None = None  # permutation of root axes, outer first
+    group_rows: int = 1              # grouped-rectangle traversal: rows per band
+    group_columns: int = 1           # columns per rectangle inside a band
+    num_warps: int = 4               # warps per program (Triton's num_warps)
+    num_stages: int = 1              # software-pipelining depth of loops without stores
+    programs_per_block: int = 1      # element-grid packing of logical programs (only 1 now)
+    min_dot_extent: int = 16         # tile dims used by `mma` are padded at least to this
+    stream_loads: bool = True        # fast build: loops with stores may still pipeline when
+    #                                  no stored tensor is loaded (launch checks overlap)
+    allow_tf32: bool = False         # numerical policy: f32 `mma` with tf32 inputs
+    allow_fma: bool = False          # numerical policy: contract multiply-adds into FMA
+
+    def with_(self, **changes: Any) -> CudaPlan:
+        return replace(self, **changes)
+
+    def describe(self) -> str:
+        parts = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)]
+        return "CudaPlan(" + ", ".join(parts) + ")"
+
+
+def _fail(field: str, why: str) -> BackendError:
+    return BackendError(f"CudaPlan.{field}: {why}", loc=None)
+
+
+def root_parallels(fn: Function) -> list[Op]:
+    return [op for op in fn.body.ops if op.name == "parallel"]
+
+
+def has_op(fn: Function, name: str) -> bool:
+    return any(op.name == name for op in fn.walk())
+
+
+def _is_pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+def validate(plan: CudaPlan, fn: Function, smem_per_block: int | None = None) -> None:
+    """Raise when the plan cannot be realized for this function (and, given the target's
+    shared memory per block, when its pipelined buffers cannot fit)."""
+    if plan.num_warps not in WARPS:
+        raise _fail("num_warps", f"must be one of {WARPS}, got {plan.num_warps}")
+    if not 1 <= plan.num_stages <= 8:
+        raise _fail("num_stages", f"must be in 1..8, got {plan.num_stages}")
+    if plan.group_rows < 1:
+        raise _fail("group_rows", f"must be >= 1, got {plan.group_rows}")
+    if plan.group_columns < 1:
+        raise _fail("group_columns", f"must be >= 1, got {plan.group_columns}")
+    if plan.programs_per_block != 1:
+        raise _fail("programs_per_block", "packing several logical programs into one Triton "
+                                          "program has no emitter yet (only 1)")
+    if not _is_pow2(plan.min_dot_extent) or plan.min_dot_extent < 16:
+        raise _fail("min_dot_extent", f"must be a power of two >= 16 (tl.dot's minimum), got "
+                                      f"{plan.min_dot_extent}")
+    for op in root_parallels(fn):
+        rank = len(op.attrs["domain"])
+        order = plan.root_axis_order
+        if order is not None and sorted(order) != list(range(rank)):
+            raise _fail("root_axis_order", f"{order} is not a permutation of the {rank} root "
+                                           f"axes of the parallel at {op.loc}")
+        if rank < 2 and (plan.group_rows > 1 or plan.group_columns > 1):
+            raise _fail("group_rows", f"grouped traversal needs a root parallel of rank >= 2; "
+                                      f"the parallel at {op.loc} has rank {rank}")
+    if smem_per_block is not None:
+        from tilenest.backends.cuda.resources import pipelined_smem_bytes
+
+        need = pipelined_smem_bytes(fn, plan)
+        if need > smem_per_block:
+            raise _fail("num_stages", f"{plan.num_stages} stages of the pipelined loads need "
+                                      f"~{need} bytes of shared memory per program; the "
+                                      f"target allows {smem_per_block}")
+
+
+def _largest_tile(fn: Function) -> int:
+    from tilenest.ir.types import TileType
+
+    best = 1
+    for op in fn.walk():
+        for r in op.results:
+            if isinstance(r.type, TileType):
+                best = max(best, r.type.size)
+    return best
+
+
+def _max_window(fn: Function) -> int:
+    return max((op.attrs["window"] for op in fn.walk() if op.name == "pipeline"), default=0)
+
+
+def default_plan(fn: Function) -> CudaPlan:
+    """A simple rule: grouped traversal (8 rows) for 2-D grids with `mma`; warps by the
+    largest tile; pipeline depth window + 1 (at most 4) where loops load."""
+    rank = min((len(op.attrs["domain"]) for op in root_parallels(fn)), default=0)
+    dot = has_op(fn, "mma")
+    group_rows = 8 if dot and rank >= 2 else 1
+    elements = _largest_tile(fn)
+    warps = 1 if elements <= 256 else 2 if elements <= 1024 else 4 if elements <= 8192 else 8
+    window = _max_window(fn)
+    has_loop = any(op.name in ("serial", "pipeline") for op in fn.walk())
+    stages = min(4, window + 1) if window else (3 if dot and has_loop else 1)
+    return CudaPlan(group_rows=group_rows, num_warps=warps, num_stages=stages)
+
+
+def candidates(fn: Function, smem_per_block: int | None = None) -> Iterator[CudaPlan]:
+    """Every legal plan of the family, deterministically ordered (the planner's space):
+    root-axis orders × traversal groups × warps × stages."""
+    rank = min((len(op.attrs["domain"]) for op in root_parallels(fn)), default=0)
+    orders: list[tuple[int, ...] | None] = [None]
+    if rank >= 2:
+        orders += [p for p in itertools.permutations(range(rank)) if list(p) != list(range(rank))]
+    groups = GROUP_SIZES if rank >= 2 else (1,)
+    for order, gr, warps, stages in itertools.product(orders, groups, WARPS[1:4], (1, 2, 3, 4)):
+        plan = CudaPlan(root_axis_order=order, group_rows=gr, num_warps=warps,
+                        num_stages=stages)
+        try:
+            validate(plan, fn, smem_per_block)
+        except BackendError:
+            continue
+        yield plan

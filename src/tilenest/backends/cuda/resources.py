@@ -1,0 +1,126 @@
+"""Static resource demand of a function under a CudaPlan: block padding, pipelined shared
+memory, and the work features (bytes, dot flops, programs) the cost estimate prices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tilenest.ir.core import Function, Op, Region
+from tilenest.ir.types import Dim, TensorType, TileType
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+class BlockLayout:
+    """Padded block extents: powers of two, and at least `min_dot` for dims used by `mma`
+    (tl.dot needs 16 in every dimension). Dims are matched by identity."""
+
+    def __init__(self, fn: Function, min_dot: int) -> None:
+        self.min_dot = min_dot
+        self.dot_dims: set[int] = set()
+        for op in fn.walk():
+            if op.name == "mma":
+                for v in (*op.operands, op.result):
+                    assert isinstance(v.type, TileType)
+                    self.dot_dims.update(id(d) for d in v.type.dims)
+
+    def extent(self, dim: Dim, extent: int) -> int:
+        p = next_pow2(max(1, extent))
+        if id(dim) in self.dot_dims:
+            p = max(p, self.min_dot)
+        return p
+
+    def shape(self, t: TileType) -> tuple[int, ...]:
+        return tuple(self.extent(d, e) for d, e in zip(t.dims, t.shape, strict=True))
+
+
+def _elements(shape: tuple[int, ...]) -> int:
+    n = 1
+    for e in shape:
+        n *= e
+    return n
+
+
+def loop_has_store(op: Op) -> bool:
+    return any(inner.name == "store" for inner in op.body.walk())
+
+
+def pipelined_smem_bytes(fn: Function, plan: object) -> int:
+    """Shared memory that software pipelining needs: per pipelined loop, `num_stages` copies
+    of the padded tiles its body loads (an upper estimate of Triton's multi-buffering)."""
+    stages = getattr(plan, "num_stages", 1)
+    if stages <= 1:
+        return 0
+    layout = BlockLayout(fn, getattr(plan, "min_dot_extent", 16))
+    worst = 0
+    for op in fn.walk():
+        if op.name not in ("serial", "pipeline") or loop_has_store(op):
+            continue
+        loaded = 0
+        for inner in op.body.ops:
+            if inner.name == "load":
+                t = inner.result.type
+                assert isinstance(t, TileType)
+                loaded += _elements(layout.shape(t)) * t.dtype.itemsize
+        worst = max(worst, loaded * stages)
+    return worst
+
+
+@dataclass
+class Work:
+    """Counted over the logical (unpadded) tiles, per root phase."""
+
+    programs: list[int] = field(default_factory=list)
+    bytes_moved: float = 0.0
+    dot_flops: dict[str, float] = field(default_factory=dict)
+    max_tile_elements: int = 1
+    live_elements: int = 0
+
+
+def _trips(op: Op) -> int:
+    n = 1
+    for _, e in op.attrs["domain"]:
+        n *= e
+    return n
+
+
+def _count(region: Region, mult: float, work: Work, layout: BlockLayout) -> None:
+    for op in region.ops:
+        for r in op.results:
+            if isinstance(r.type, TileType):
+                work.max_tile_elements = max(work.max_tile_elements,
+                                             _elements(layout.shape(r.type)))
+        if op.name in ("load", "store"):
+            tensor = op.operands[0].type
+            assert isinstance(tensor, TensorType)
+            kept = [e for e in op.attrs["shape"] if e is not None]
+            work.bytes_moved += mult * _elements(tuple(kept)) * tensor.dtype.itemsize
+        elif op.name == "mma":
+            a, b, c = (v.type for v in op.operands)
+            assert isinstance(a, TileType) and isinstance(b, TileType)
+            assert isinstance(c, TileType)
+            extents = {id(d): e for t in (a, b, c) for d, e in zip(t.dims, t.shape,
+                                                                  strict=True)}
+            flops = 2.0 * _elements(tuple(extents.values()))
+            key = a.dtype.name if not (a.dtype.name == "f32" and getattr(layout, "tf32", False)) \
+                else "tf32"
+            work.dot_flops[key] = work.dot_flops.get(key, 0.0) + mult * flops
+        for r in op.regions:
+            inner = mult * (_trips(op) if op.name in ("serial", "pipeline", "reduce",
+                                                      "parallel") else 1)
+            _count(r, inner, work, layout)
+
+
+def count_work(fn: Function, plan: object) -> Work:
+    """Bytes moved (each load/store of a logical tile), dot flops by operand type, programs
+    per root parallel, and the largest padded tile."""
+    layout = BlockLayout(fn, getattr(plan, "min_dot_extent", 16))
+    layout.tf32 = getattr(plan, "allow_tf32", False)  # type: ignore[attr-defined]
+    work = Work()
+    for op in fn.body.ops:
+        if op.name == "parallel":
+            work.programs.append(_trips(op))
+    _count(fn.body, 1.0, work, layout)
+    return work

@@ -1,0 +1,119 @@
+"""Index arithmetic: exact 64-bit scalars with Python floor semantics for `//` and `%`.
+
+Triton's integer `//` and `%` truncate toward zero; a dividend proved non-negative by its
+interval and a positive constant divisor use them directly, anything else goes through the
+floor forms of the prelude (`tn_floordiv`, `tn_mod`). A divisor that may be zero is a
+run-time error, as on the other backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tilenest.backends.cuda.emitter import Emitter, Idx, const_idx, tl_dtype
+from tilenest.backends.cuda.rules import lowering
+from tilenest.ir.core import Op
+from tilenest.ir.types import TileType
+
+
+def _corners(a: Idx, b: Idx, fn: Callable[[int, int], int]) -> tuple[int | None, int | None]:
+    if not (a.bounded() and b.bounded()):
+        return None, None
+    vals = [fn(x, y) for x in (a.lo, a.hi) for y in (b.lo, b.hi)]  # type: ignore[arg-type]
+    return min(vals), max(vals)
+
+
+def _set(em: Emitter, op: Op, expr: str, lo: int | None, hi: int | None) -> None:
+    if lo is not None and lo == hi:
+        em.env[op.result] = const_idx(lo)
+        return
+    em.env[op.result] = Idx(em.assign(expr, "i"), lo, hi)
+
+
+@lowering("index.const")
+def _const(em: Emitter, op: Op) -> None:
+    em.env[op.result] = const_idx(op.attrs["value"])
+
+
+_SIMPLE: dict[str, tuple[str, Callable[[int, int], int]]] = {
+    "index.add": ("({a} + {b})", lambda x, y: x + y),
+    "index.sub": ("({a} - {b})", lambda x, y: x - y),
+    "index.mul": ("({a} * {b})", lambda x, y: x * y),
+    "index.min": ("tl.minimum({a}, {b})", min),
+    "index.max": ("tl.maximum({a}, {b})", max),
+}
+
+
+@lowering(*_SIMPLE)
+def _simple(em: Emitter, op: Op) -> None:
+    a, b = em.idx(op.operands[0]), em.idx(op.operands[1])
+    template, fn = _SIMPLE[op.name]
+    if a.const is not None and b.const is not None:
+        em.env[op.result] = const_idx(fn(a.const, b.const))
+        return
+    lo, hi = _corners(a, b, fn)
+    if op.name in ("index.min", "index.max") and (a.const is not None or b.const is not None):
+        # tl.minimum needs a tensor operand: keep the tensor first.
+        x, y = (b, a) if a.const is not None else (a, b)
+        _set(em, op, template.format(a=x.expr, b=y.expr), lo, hi)
+        return
+    _set(em, op, template.format(a=a.expr, b=b.expr), lo, hi)
+
+
+def _floor_bounds(a: Idx, b: Idx, name: str) -> tuple[int | None, int | None]:
+    if b.const is not None and b.const > 0 and a.bounded():
+        if name == "index.floordiv":
+            return a.lo // b.const, a.hi // b.const  # type: ignore[operator]
+        if a.lo // b.const == a.hi // b.const:  # type: ignore[operator]
+            return a.lo % b.const, a.hi % b.const  # type: ignore[operator]
+        return 0, b.const - 1
+    return None, None
+
+
+@lowering("index.floordiv", "index.mod")
+def _floor(em: Emitter, op: Op) -> None:
+    a, b = em.idx(op.operands[0]), em.idx(op.operands[1])
+    py = (lambda x, y: x // y) if op.name == "index.floordiv" else (lambda x, y: x % y)
+    if a.const is not None and b.const is not None and b.const != 0:
+        em.env[op.result] = const_idx(py(a.const, b.const))
+        return
+    if b.const is None and not (b.bounded() and (b.lo > 0 or b.hi < 0)):  # type: ignore[operator]
+        em.error_site(f"{b.expr} == 0", "integer division by zero in index arithmetic", op)
+    elif b.const == 0:
+        em.error_site("True", "integer division by zero in index arithmetic", op)
+    lo, hi = _floor_bounds(a, b, op.name)
+    op_text = "//" if op.name == "index.floordiv" else "%"
+    if b.const is not None and b.const > 0 and a.lo is not None and a.lo >= 0:
+        _set(em, op, f"({a.expr} {op_text} {b.const})", lo, hi)
+        return
+    helper = "tn_floordiv" if op.name == "index.floordiv" else "tn_mod"
+    x = a.expr if a.const is None else f"tl.full([], {a.expr}, tl.int64)"
+    _set(em, op, f"{helper}({x}, {b.expr})", lo, hi)
+
+
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+@lowering("index.cmp")
+def _cmp(em: Emitter, op: Op) -> None:
+    a, b = em.idx(op.operands[0]), em.idx(op.operands[1])
+    sym = _CMP[op.attrs["pred"]]
+    if a.const is not None and b.const is not None:
+        value = eval(f"{a.const} {sym} {b.const}")  # noqa: S307 - two int literals
+        em.bind(op.result, f"tl.full([], {value}, tl.int1)", "c", ())
+        return
+    x = a.expr if a.const is None else f"tl.full([], {a.expr}, tl.int64)"
+    em.bind(op.result, f"({x} {sym} {b.expr})", "c", ())
+
+
+@lowering("index.to_tile")
+def _to_tile(em: Emitter, op: Op) -> None:
+    a = em.idx(op.operands[0])
+    t = op.result.type
+    assert isinstance(t, TileType)
+    dt = tl_dtype(t.dtype)
+    if a.const is not None:
+        value = float(a.const) if t.dtype.is_float else a.const
+        em.bind(op.result, f"tl.full([], {value!r}, {dt})", "s", ())
+        return
+    em.bind(op.result, f"tl.cast({a.expr}, {dt})", "s", ())

@@ -1,0 +1,118 @@
+"""`reduce` regions with their contracts (the cpu backend's partition contract, realized on
+blocks).
+
+- one closed state under `unordered_tree` whose body is `take(x, i)` then the combine (what
+  `tn.sum(x, axis=d)` lowers to): `tl.reduce` over the block axis with padding lanes set to
+  the combine's exact identity, then `init ⊕ tree` (the initial value merged once, last).
+  Triton's reduction tree is a regrouping that contract allows.
+- the same shape under `ordered_tree`: the balanced pairwise tree in index order, built from
+  reshape/split levels. Padding with exact identities to a power of two gives the
+  reference's tree (an odd element carried up equals element ⊕ identity), then `init ⊕ tree`.
+- `fold_left` / `fold_right`, states that are not closed, and any other body: an ordered
+  loop over the domain (fold_right runs it backwards), one contribution at a time. Slow for
+  long axes, but exact.
+- `ordered_tree` with a closed state outside the axis shape: no emitter (fails closed).
+"""
+
+from __future__ import annotations
+
+from tilenest.analysis.reductions import ClosedState, closed_states
+from tilenest.backends.cuda.emitter import Block, Emitter
+from tilenest.backends.cuda.rules import lowering
+from tilenest.backends.cuda.rules_regions import carried_loop
+from tilenest.errors import BackendError
+from tilenest.ir.core import Op
+from tilenest.ir.dtypes import DType
+from tilenest.ir.types import TileType
+
+COMBINE_HELPER = {"add": "tn_add", "mul": "tn_mul", "maximum": "tn_max", "minimum": "tn_min"}
+
+
+def identity(name: str, dtype: DType) -> str:
+    """A literal e with x ⊕ e == x exactly for every x of `dtype`."""
+    if dtype.is_float:
+        return {"add": "-0.0", "mul": "1.0", "maximum": "TN_NEG_INF",
+                "minimum": "TN_INF"}[name]
+    if dtype.is_bool:
+        return {"add": "False", "mul": "True", "maximum": "False", "minimum": "True"}[name]
+    bits, signed = dtype.bits, dtype.kind == "int"
+    lo = -(2 ** (bits - 1)) if signed else 0
+    hi = 2 ** (bits - 1) - 1 if signed else 2**bits - 1
+    return {"add": "0", "mul": "1", "maximum": str(lo), "minimum": str(hi)}[name]
+
+
+def _axis_shape(op: Op, closed: dict[int, ClosedState]) -> tuple[Op, ClosedState] | None:
+    body = op.body
+    if len(op.attrs["domain"]) != 1 or len(op.operands) != 1 or 0 not in closed:
+        return None
+    ops = [o for o in body.ops if o.name != "yield"]
+    if len(ops) != 2 or ops[0].name != "take" or ops[1] is not closed[0].combine:
+        return None
+    take = ops[0]
+    if take.operands[1] is not body.args[0]:
+        return None
+    contribution = closed[0].combine.operands[1 - closed[0].state_operand]
+    if contribution is not take.result:
+        return None
+    return take, closed[0]
+
+
+def _masked(em: Emitter, x: Block, axis: int, name: str) -> str:
+    extent, padded = x.type.shape[axis], x.padded[axis]
+    if extent == padded:
+        return x.name
+    ident = identity(name, x.dtype)
+    ar = em.arange(padded, axis, x.type.rank)
+    return em.assign(f"tl.where({ar} < {extent}, {x.name}, {ident})", "rm")
+
+
+def _tree(em: Emitter, src: str, x: Block, axis: int, helper: str) -> str:
+    """Balanced pairwise tree along `axis` (index order), by halving levels."""
+    rank = x.type.rank
+    shape = list(x.padded)
+    if axis != rank - 1:
+        perm = [a for a in range(rank) if a != axis] + [axis]
+        src = em.assign(f"tl.permute({src}, {tuple(perm)!r})", "tr")
+        shape = [shape[a] for a in perm]
+    rest, n = shape[:-1], shape[-1]
+    while n > 1:
+        n //= 2
+        src = em.assign(f"tl.reshape({src}, {rest + [n, 2]!r})", "tr")
+        left, right = em.fresh("tl_"), em.fresh("tr_")
+        em.emit(f"{left}, {right} = tl.split({src})")
+        src = em.assign(f"{helper}({left}, {right})", "tr")
+    return em.assign(f"tl.reduce({src}, {rank - 1}, tn_first)", "tr")
+
+
+@lowering("reduce")
+def _reduce(em: Emitter, op: Op) -> None:
+    order = op.attrs["order"]
+    closed = closed_states(op)
+    shape = _axis_shape(op, closed) if order in ("unordered_tree", "ordered_tree") else None
+    if shape is not None:
+        take, state = shape
+        x = em.block(take.operands[0])
+        axis = take.attrs["axis"]
+        init = em.block(op.operands[0])
+        t = op.result.type
+        assert isinstance(t, TileType)
+        if op.attrs["domain"][0][1] == 0:
+            em.env[op.result] = init
+            return
+        name = state.combine.name
+        helper = COMBINE_HELPER[name]
+        src = _masked(em, x, axis, name)
+        if x.dtype.is_bool:
+            raise BackendError("reductions of bool tiles have no cuda emitter", loc=op.loc)
+        if order == "unordered_tree":
+            tree = em.assign(f"tl.reduce({src}, {axis}, {helper})", "red")
+        else:
+            tree = _tree(em, src, x, axis, helper)
+        args = (init.name, tree) if state.state_operand == 0 else (tree, init.name)
+        em.bind(op.result, f"{helper}({args[0]}, {args[1]})", "red", init.padded)
+        return
+    if order == "ordered_tree" and closed:
+        raise BackendError("an ordered_tree reduction whose body is not `take` + combine has "
+                           "no cuda emitter (write it as tn.sum/max/min over an axis, or "
+                           "use fold_left)", loc=op.loc)
+    carried_loop(em, op, reverse=order == "fold_right", stages=1)

@@ -1,0 +1,113 @@
+"""`serial` and `pipeline` → Triton `for` loops with loop-carried blocks; a nested `parallel`
+→ a loop too (its instances are independent, so any order is legal); `map` → its scalar body
+evaluated on whole blocks.
+
+A loop is software-pipelined (`num_stages` of the plan) only when that cannot move a load
+ahead of a store it must see: the body stores nothing, or (in the fast build, whose launch
+proved the arguments disjoint) it stores only to tensors that no load reads. Otherwise
+`num_stages=1`. Loop indices are cast to 64-bit index scalars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tilenest.backends.cuda.emitter import Block, Emitter, Idx
+from tilenest.backends.cuda.rules import lower_ops, lowering
+from tilenest.ir.core import Op
+from tilenest.ir.types import TileType
+
+
+def pipelinable(em: Emitter, op: Op) -> bool:
+    stored = {inner.operands[0] for inner in op.body.walk() if inner.name == "store"}
+    if not stored:
+        return True
+    plan = em.facts.plan
+    return bool(em.facts.assume_no_alias and getattr(plan, "stream_loads", False)
+                and not (stored & em.facts.loaded_params))
+
+
+def domain_loops(em: Emitter, op: Op, body: Callable[[list[Idx]], None], *,
+                 reverse: bool = False, stages: int = 1) -> None:
+    """Nested loops over the op's domain (lexicographic; `reverse` runs it backwards)."""
+    domain = op.attrs["domain"]
+    coords: list[Idx] = []
+
+    def level(k: int) -> None:
+        if k == len(domain):
+            body(coords)
+            return
+        extent = domain[k][1]
+        var = em.fresh("k")
+        opts = f", num_stages={stages}" if k == len(domain) - 1 else ""
+        em.emit(f"for {var} in tl.range(0, {extent}{opts}):")
+        with em.indented():
+            idx = em.fresh("i")
+            if reverse:
+                em.emit(f"{idx} = {extent - 1} - tl.cast({var}, tl.int64)")
+            else:
+                em.emit(f"{idx} = tl.cast({var}, tl.int64)")
+            coords.append(Idx(idx, 0, max(0, extent - 1)))
+            level(k + 1)
+            coords.pop()
+
+    level(0)
+
+
+def carried_loop(em: Emitter, op: Op, *, reverse: bool = False, stages: int = 1) -> None:
+    """A loop whose body args after the domain are carries and whose yield updates them."""
+    n = len(op.attrs["domain"])
+    names: list[str] = []
+    for init in op.operands:
+        b = em.block(init)
+        names.append(em.assign(b.name, "carry"))
+    carries = [Block(nm, em.block(init).type, em.block(init).padded)
+               for nm, init in zip(names, op.operands, strict=True)]
+
+    def body(coords: list[Idx]) -> None:
+        for arg, c in zip(op.body.args[:n], coords, strict=True):
+            em.env[arg] = c
+        for arg, c in zip(op.body.args[n:], carries, strict=True):
+            em.env[arg] = c
+        lower_ops(em, op.body.ops)
+        term = op.body.terminator
+        assert term is not None
+        for nm, v in zip(names, term.operands, strict=True):
+            em.emit(f"{nm} = {em.block(v).name}")
+
+    domain_loops(em, op, body, reverse=reverse, stages=stages)
+    for res, c in zip(op.results, carries, strict=True):
+        em.env[res] = c
+
+
+@lowering("serial", "pipeline")
+def _loop(em: Emitter, op: Op) -> None:
+    stages = getattr(em.facts.plan, "num_stages", 1) if pipelinable(em, op) else 1
+    carried_loop(em, op, stages=stages)
+
+
+@lowering("parallel")
+def _nested_parallel(em: Emitter, op: Op) -> None:
+    carried_loop(em, op, stages=1)
+
+
+@lowering("map")
+def _map(em: Emitter, op: Op) -> None:
+    args = [em.block(v) for v in op.operands]
+    for arg, b in zip(op.body.args, args, strict=True):
+        em.env[arg] = Block(b.name, arg.type, b.padded)  # type: ignore[arg-type]
+    em.in_map += 1
+    try:
+        lower_ops(em, op.body.ops)
+    finally:
+        em.in_map -= 1
+    term = op.body.terminator
+    assert term is not None
+    shape = args[0].padded
+    for res, v in zip(op.results, term.operands, strict=True):
+        b = em.block(v)
+        t = res.type
+        assert isinstance(t, TileType)
+        expr = b.name if b.padded == shape else \
+            f"tl.broadcast_to({b.name}, [{', '.join(map(str, shape))}])"
+        em.bind(res, expr, "mp", shape)
