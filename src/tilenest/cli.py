@@ -1,4 +1,5 @@
-"""The `tilenest` command: `demo` (the main job) and `ir` (print a kernel's TileIR)."""
+"""The `tilenest` command: `demo` (the main job), `ir` (print a kernel's TileIR), `bench`,
+`explain` (the planning result of a kernel)."""
 
 from __future__ import annotations
 
@@ -120,6 +121,88 @@ def bench(args: argparse.Namespace) -> int:
     from tilenest.bench import run
 
     return run(args)
+
+
+def _explain_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kernel", help="FILE::KERNEL (a Python file and a @tn.kernel in it)")
+    p.add_argument("--target", default="cpu", help="target to plan for (default: cpu)")
+    p.add_argument("--shapes", default=None,
+                   help="an example module's problem size (M=100,N=90), or tensor shapes "
+                        "(A=64x32,B=32x16:f16,...; default dtype f32)")
+    p.add_argument("--const", action="append", default=[], metavar="NAME=VALUE",
+                   help="a kernel constant (repeatable)")
+    p.add_argument("--constraints", default=None, metavar="NAME=VALUE;...",
+                   help="fixed plan controls, e.g. 'block_size=4;root_axis_order=(1, 0)'")
+    p.add_argument("--all", action="store_true", help="list every admitted candidate")
+
+
+def _literal(text: str) -> Any:
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _explain_inputs(module: Any, kern: Any, args: argparse.Namespace) -> tuple[list, dict]:
+    import numpy as np
+
+    consts = dict(kv.split("=", 1) for kv in args.const)
+    consts = {k: _literal(v) for k, v in consts.items()}
+    example = getattr(module, "EXAMPLE", None)
+    spec = [kv.split("=", 1) for kv in args.shapes.split(",")] if args.shapes else []
+    if example is not None and example.kernel is kern and all("x" not in v for _, v in spec):
+        case = example.demo
+        if spec:
+            case = type(case)({k: int(v) for k, v in spec})
+        run = example.prepare(np.random.default_rng(0), case, dtype="f32")
+        return list(run.args), {**run.consts, **consts}
+    if not spec:
+        raise SystemExit("tilenest explain: --shapes A=64x32,B=32x16,... is needed for a "
+                         "kernel without an EXAMPLE")
+    tensors = []
+    for _, value in spec:
+        dims, _, dtype = value.partition(":")
+        shape = tuple(int(d) for d in dims.split("x"))
+        tensors.append(np.random.default_rng(0).standard_normal(shape).astype(
+            {"f32": np.float32, "f64": np.float64, "f16": np.float16}[dtype or "f32"]))
+    return tensors, consts
+
+
+@command("explain", "plan a kernel and show why its plan won (candidates, costs, rejected)",
+         _explain_args)
+def explain(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from tilenest.plan.explain import render
+
+    path, _, name = args.kernel.partition("::")
+    if not name:
+        raise SystemExit("tilenest explain: expected FILE::KERNEL")
+    root = str(Path(path).resolve().parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"tilenest explain: cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kern = getattr(module, name, None)
+    if kern is None:
+        raise SystemExit(f"tilenest explain: {path} has no kernel {name!r}")
+    tensors, consts = _explain_inputs(module, kern, args)
+    options: dict[str, Any] = {}
+    if args.constraints:
+        options["constraints"] = {k: _literal(v) for k, v in
+                                  (kv.split("=", 1) for kv in args.constraints.split(";"))}
+    compiled = kern.compile(*tensors, target=args.target, **options, **consts)
+    result = compiled.executable.extras.get("planning")
+    if args.all and result is not None:
+        print(render(result, top=None))
+    else:
+        print(compiled.explain())
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,6 +62,9 @@ def _variants(rank: int) -> dict[str, list[dict[str, Any]]]:
                                 for v in (1, 2, 3)],
         "nontemporal_stores": [{"nontemporal_stores": v} for v in (False, True)],
         "num_threads": [{"num_threads": n} for n in (1, 0)],
+        # Grouped rectangles need two root axes; partial final rectangles included.
+        "program_traversal": ([{"program_traversal": t} for t in ((2, 2), (3, 1), (1, 1))]
+                              if rank >= 2 else [{"program_traversal": (1, 1)}]),
     }
 
 
