@@ -68,10 +68,11 @@ class _Counter:
         self.arith = self.bcast = self.contig = self.gather = 0.0
         self.snap = self.indexed = self.mma = 0.0
         self.max_rep = 1
+        self.dense = False  # inside a regroupable reduction vectorized along its domain
 
     def vec(self, shape: tuple[int, ...]) -> float:
         """Packet operations that cover a tile of `shape`."""
-        if self.kind == PROGRAM_PER_LANE:
+        if self.kind == PROGRAM_PER_LANE or self.dense:
             return float(prod(shape))
         if not shape:
             return 1.0
@@ -185,7 +186,7 @@ def _walk(ops: list[Op], rep: int, c: _Counter, slopes: _Slopes, inner_axis: int
             c.mma += madds
             c.arith += 2 * c.vec(acc.shape) * k * rep
         elif name in ("extract", "take"):
-            c.indexed += rep * max(1, op.result.type.size)  # type: ignore[union-attr]
+            c.indexed += rep * c.vec(op.result.type.shape)  # type: ignore[union-attr]
         elif op.regions:
             extents = prod(e for _, e in op.attrs.get("domain", ())) if name != "map" else 1
             inner = rep * extents
@@ -196,6 +197,14 @@ def _walk(ops: list[Op], rep: int, c: _Counter, slopes: _Slopes, inner_axis: int
                 c.arith += c.vec(t.shape) * scalar * rep
                 continue
             c.max_rep = max(c.max_rep, inner)
+            if (name == "reduce" and op.attrs.get("order") == "unordered_tree"
+                    and c.kind == PACKET_LOCAL and not c.dense):
+                # Closed unordered reductions are realized with dense vector partials
+                # along the reduced domain: its elements share packets.
+                c.dense = True
+                _walk(op.body.ops, rep * -(-extents // c.width), c, slopes, inner_axis)
+                c.dense = False
+                continue
             _walk(op.body.ops, inner, c, slopes, inner_axis)
         elif has_trait(op, ELEMENTWISE) or name in ("full", "arange", "broadcast"):
             t = op.result.type
