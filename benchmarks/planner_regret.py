@@ -152,9 +152,10 @@ def measure_case(ex: Any, shape: dict[str, int], rounds: int) -> dict[str, Any]:
 def _markdown(report: dict[str, Any]) -> str:
     cases = report["cases"]
     regrets = [c["regret"] for c in cases]
+    machine = report["machine"]
     lines = [
         f"# Planner regret on the CPU ({report['when']})", "",
-        f"Machine: {report['machine'].get('cpu', '?')}; commit `{report['machine'].get('commit')}`."
+        f"Machine: {machine.get('cpu_model', '?')}; commit `{machine.get('git_commit')}`."
         f" Cost policy: {report['policy']} (uncalibrated relative work). Every measured "
         f"candidate passed the float64 oracle check first. Median of {report['rounds']} "
         f"interleaved samples per candidate; inputs stay cache-warm (one input set).", "",
