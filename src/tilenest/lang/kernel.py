@@ -76,6 +76,8 @@ class CompiledKernel:
         return self.executable.explanation
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.pop("target", None)
+        self.kernel._options(kwargs)  # options were fixed at compile time
         tensors, consts, key = self.kernel._bind(args, kwargs)
         if key != self.key:
             raise ArgumentError("these arguments do not match the specialization this kernel "
