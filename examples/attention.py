@@ -32,7 +32,7 @@ def attention(Q, K, V, O, *, BM=16):
         scores = tn.mma(q, k, tn.zeros((m, n), tn.f32)) * scale
         p = tn.exp(scores - tn.max(scores, axis=n))
         p = p / tn.sum(p, axis=n)
-        out = tn.mma(p, v, tn.zeros((m, d), tn.f32))
+        out = tn.mma(p.astype(v.dtype), v, tn.zeros((m, d), tn.f32))
         O.tile((b, h, q0, 0), (None, None, m, d)).store(out)
 
 

@@ -50,7 +50,7 @@ def flash_attention(Q, K, V, O, *, BM=16, BN=16, CAUSAL=False):
             p = tn.exp(scores - m_new)
             alpha = tn.exp(m_i - m_new)
             l_i = l_i * alpha + tn.sum(p, axis=n)
-            acc = tn.mma(p, v, acc * alpha)
+            acc = tn.mma(p.astype(v.dtype), v, acc * alpha)  # P in the storage type, as FA does
             m_i = m_new
         O.tile((b, h, q0, 0), (None, None, m, d)).store(acc / l_i)
 

@@ -41,7 +41,7 @@ def gqa_decode(Q, K, V, O, *, BN=32):
             p = tn.exp(scores - m_new)
             alpha = tn.exp(m_i - m_new)
             l_i = l_i * alpha + tn.sum(p, axis=n)
-            acc = tn.mma(p, v, acc * alpha)
+            acc = tn.mma(p.astype(v.dtype), v, acc * alpha)  # P in the storage type, as FA does
             m_i = m_new
         O.tile((b, hk * G, 0), (None, g, d)).store(acc / l_i)
 
