@@ -21,16 +21,23 @@ def candidate_table(result: PlanningResult, top: int | None = 20) -> Table:
     shown = result.candidates if top is None else result.candidates[:top]
     title = f"candidates ({len(shown)} of {len(result.candidates)} admitted, by rank)"
     table = Table(title=title, title_justify="left")
-    for col in ("rank", "distribution", "order", "traversal", "block", "grain", *terms,
-                "total"):
-        table.add_column(col, justify="left" if col in ("distribution", "order", "traversal")
-                         else "right")
+    # GPU candidates carry warps, stages and operand layouts; CPU ones do not.
+    gpu = any(s.candidate.binding.warps is not None for s in shown)
+    extra = ("warps", "stages", "operands") if gpu else ()
+    for col in ("rank", "distribution", "order", "traversal", "block", "grain", *extra,
+                *terms, "total"):
+        table.add_column(col, justify="left" if col in ("distribution", "order", "traversal",
+                                                        "operands") else "right")
     for s in shown:
-        b = s.candidate.binding
+        c = s.candidate
+        b = c.binding
         trav = "row-major" if b.traversal == (1, 1) else f"{b.traversal[0]}x{b.traversal[1]}"
-        table.add_row(str(s.rank), s.candidate.distribution.kind.value,
+        cells = [str(b.warps), str(c.schedule.stages),
+                 " ".join(f"{n}:{how}" for n, how in c.resources.operand_layouts) or "-"] \
+            if gpu else []
+        table.add_row(str(s.rank), c.distribution.kind.value,
                       str(b.root_axis_order), trav, str(b.block_size), str(b.task_grain),
-                      *(_fmt(v) for _, v in s.cost.terms), _fmt(s.cost.total))
+                      *cells, *(_fmt(v) for _, v in s.cost.terms), _fmt(s.cost.total))
     return table
 
 
@@ -53,7 +60,13 @@ def render(result: PlanningResult, top: int | None = 20, width: int = 160) -> st
         c = sel.candidate
         console.print(f"selected: {c.describe()} (rank 1, total {_fmt(sel.cost.total)})",
                       highlight=False)
-        if c.resources.demand is not None:
+        if c.resources.demand is not None and c.binding.warps is not None:
+            lim = c.resources.limits
+            budget = lim.snapshot_bytes_per_worker if lim else None
+            console.print(f"resources: {c.resources.demand.snapshot_bytes_per_worker} B of "
+                          f"pipelined shared memory per program; budget {budget} B",
+                          highlight=False)
+        elif c.resources.demand is not None:
             budget = c.resources.limits.snapshot_bytes_per_worker if c.resources.limits else None
             console.print(f"resources: {c.resources.demand.describe()}; budget {budget} B",
                           highlight=False)

@@ -67,6 +67,9 @@ class Resources:
     static storage the shared resource analysis reports for it."""
 
     representations: tuple[tuple[str, str], ...] = ()
+    # Per operand tensor whose layout a plan may change before the kernel runs (GPU: an
+    # `mma` operand with misaligned rows): "original" or "padded-copy".
+    operand_layouts: tuple[tuple[str, str], ...] = ()
     demand: ExecutionResources | None = None
     limits: ResourceLimits | None = None
 
@@ -77,6 +80,7 @@ class Schedule:
 
     reduction_partitions: int = 1
     pipeline_windows: tuple[tuple[str, int], ...] = ()
+    stages: int | None = None  # GPU: software-pipelining depth of loops (num_stages)
 
 
 @dataclass(frozen=True)
@@ -92,13 +96,21 @@ class Candidate:
     index: int = 0
 
     def describe(self) -> str:
-        return f"{self.distribution.describe()}, {self.binding.describe()}"
+        stages = "" if self.schedule.stages is None else f", stages {self.schedule.stages}"
+        layouts = "".join(f", {name} {how}" for name, how in self.resources.operand_layouts
+                          if how != "original")
+        return f"{self.distribution.describe()}, {self.binding.describe()}{stages}{layouts}"
 
     def geometry(self) -> dict[str, Any]:
         b = self.binding
-        return {"root_axis_order": b.root_axis_order, "traversal": b.traversal,
-                "block_size": b.block_size, "task_grain": b.task_grain,
-                "distribution": self.distribution.kind.value}
+        out = {"root_axis_order": b.root_axis_order, "traversal": b.traversal,
+               "block_size": b.block_size, "task_grain": b.task_grain,
+               "distribution": self.distribution.kind.value}
+        if b.warps is not None:
+            out["warps"] = b.warps
+        if self.schedule.stages is not None:
+            out["stages"] = self.schedule.stages
+        return out
 
 
 class RejectionCategory(StrEnum):

@@ -133,6 +133,7 @@ def enumerate_space(fn: Function, info: TargetInfo, cons: Constraints) -> Iterat
         list(info.distributions(fn))
     extents = _main_extents(fn)
     programs = _programs(fn)
+    expand = getattr(info, "expand", None)
     index = 0
     for order in orders:
         trav_fixed = cons.get("program_traversal")
@@ -151,8 +152,12 @@ def enumerate_space(fn: Function, info: TargetInfo, cons: Constraints) -> Iterat
                     grains = [1]
                 for grain in grains:
                     for trav in travs:
-                        yield Candidate(Binding(order, trav, block, grain), dist, index=index)
-                        index += 1
+                        base = Candidate(Binding(order, trav, block, grain), dist)
+                        # Targets with more searched choices (GPU warps, pipeline stages,
+                        # operand representations) expand each point of the common space.
+                        for c in expand(base) if expand is not None else (base,):
+                            yield replace(c, index=index)
+                            index += 1
 
 
 class _Admitter:

@@ -17,7 +17,7 @@ from tilenest.backends.cuda.resources import BlockLayout
 from tilenest.errors import BackendError
 from tilenest.ir.core import Function, Op, Value
 from tilenest.ir.dtypes import DType
-from tilenest.ir.types import TileType
+from tilenest.ir.types import TensorType, TileType
 
 TL_DTYPES: dict[str, str] = {
     "bool": "tl.int1", "i32": "tl.int32", "u32": "tl.uint32", "i64": "tl.int64",
@@ -72,6 +72,8 @@ class Facts:
     assume_no_alias: bool
     loaded_params: set[Value] = field(default_factory=set)
     interpret: bool = False
+    # Params read through a padded copy (`CudaPlan.pad_misaligned`): their buffer's type.
+    tensor_types: dict[Value, TensorType] = field(default_factory=dict)
 
 
 class Emitter:
@@ -121,6 +123,12 @@ class Emitter:
         if not isinstance(x, Block):
             raise BackendError(f"the cuda backend has no tile value for {v!r}", loc=None)
         return x
+
+    def tensor_type(self, v: Value) -> TensorType:
+        """The layout the kernel addresses: the param's own, or its padded copy's."""
+        t = self.facts.tensor_types.get(v, v.type)
+        assert isinstance(t, TensorType)
+        return t
 
     def padded(self, t: TileType) -> tuple[int, ...]:
         return self.facts.layout.shape(t)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tilenest.backends.cuda.lower import LoweredModule, lower_function
+from tilenest.backends.cuda.padding import PaddedBuffers, paddable_operands
 from tilenest.backends.cuda.plan import CudaPlan
 from tilenest.backends.cuda.source_cache import load_source
 from tilenest.errors import ArgumentError, BackendError
@@ -93,6 +94,9 @@ class CudaExecutable:
         stored = {op.operands[0] for op in fn.walk() if op.name == "store"}
         self.written = [p.value in stored for p in fn.params]
         self._status: Any = None
+        self.padding: PaddedBuffers | None = None
+        if plan.pad_misaligned:
+            self.padding = PaddedBuffers(paddable_operands(fn)[0], interpret)
         self.last_build = "fast"
         self.options = {"num_warps": plan.num_warps, "num_stages": plan.num_stages,
                         "enable_fp_fusion": plan.allow_fma}
@@ -142,6 +146,8 @@ class CudaExecutable:
         build = self._choose(tensors)
         self.last_build = "fast" if build is self.fast else "safe"
         status = self._status_word(tensors[0] if tensors else None)
+        if build is self.fast and self.padding is not None:
+            tensors = self.padding.substitute(tensors)
         checked = build.lowered.uses_status
         if checked:
             status.zero_()

@@ -32,6 +32,8 @@ class CudaPlan:
     min_dot_extent: int = 16         # tile dims used by `mma` are padded at least to this
     stream_loads: bool = True        # fast build: loops with stores may still pipeline when
     #                                  no stored tensor is loaded (launch checks overlap)
+    pad_misaligned: bool = False     # copy misaligned, never-stored `mma` operands into
+    #                                  aligned padded buffers before the kernel (padding.py)
     allow_tf32: bool = False         # numerical policy: f32 `mma` with tf32 inputs
     allow_fma: bool = False          # numerical policy: contract multiply-adds into FMA
 
@@ -76,6 +78,15 @@ def validate(plan: CudaPlan, fn: Function, smem_per_block: int | None = None) ->
     if not _is_pow2(plan.min_dot_extent) or plan.min_dot_extent < 16:
         raise _fail("min_dot_extent", f"must be a power of two >= 16 (tl.dot's minimum), got "
                                       f"{plan.min_dot_extent}")
+    if plan.pad_misaligned:
+        from tilenest.backends.cuda.padding import misaligned_operands, paddable_operands
+
+        usable, refused = paddable_operands(fn)
+        if not usable:
+            why = "; ".join(refused) if refused else (
+                "no `mma` operand is loaded from a tensor with misaligned rows "
+                f"(misaligned: {misaligned_operands(fn) or 'none'})")
+            raise _fail("pad_misaligned", f"nothing to pad: {why}")
     for op in root_parallels(fn):
         rank = len(op.attrs["domain"])
         order = plan.root_axis_order

@@ -103,7 +103,7 @@ def _origins(em: Emitter, op: Op, first: int, rank: int) -> list[Idx]:
 
 @lowering("load")
 def _load(em: Emitter, op: Op) -> None:
-    tensor = op.operands[0].type
+    tensor = em.tensor_type(op.operands[0])
     tile = op.result.type
     assert isinstance(tensor, TensorType) and isinstance(tile, TileType)
     acc = access(em, op, tensor, _origins(em, op, 1, tensor.rank), op.attrs["shape"], tile)
@@ -117,7 +117,7 @@ def _load(em: Emitter, op: Op) -> None:
 
 @lowering("store")
 def _store(em: Emitter, op: Op) -> None:
-    tensor = op.operands[0].type
+    tensor = em.tensor_type(op.operands[0])
     assert isinstance(tensor, TensorType)
     value: Block = em.block(op.operands[1 + tensor.rank])
     acc = access(em, op, tensor, _origins(em, op, 1, tensor.rank), op.attrs["shape"],

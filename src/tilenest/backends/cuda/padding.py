@@ -1,0 +1,199 @@
+"""Padded copies of misaligned `mma` operands: which tensors qualify, their padded layout,
+and the small Triton copy kernel that fills them before the main kernel runs.
+
+A tensor whose rows are not a multiple of 16 bytes (e.g. f16 rows of 4093 elements) cannot
+be read with 16-byte vector or asynchronous copies, which starves the tensor cores. A plan
+with `pad_misaligned=True` first copies such an operand into a fresh buffer whose extents
+are rounded up to a multiple of every tile extent loaded along each axis (and the fastest
+axis to 16 bytes), with the padding filled with the loads' `fill` value: exactly what the
+loads would read past the tensor's edge. The main kernel is then lowered against the padded
+shape and strides, so its loads need no masks where the padded extents cover every tile.
+
+Only tensors the kernel never stores to qualify (the copy is a snapshot taken before the
+launch; a stored tensor read through a copy would miss its own writes), and only when every
+load of the tensor uses one fill value. Anything else is not offered (fail closed).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tilenest.analysis.uses import UseInfo
+from tilenest.ir.core import Function, Op, Value
+from tilenest.ir.types import TensorType
+
+ALIGN_BYTES = 16
+
+
+@dataclass(frozen=True)
+class PaddedOperand:
+    """One tensor parameter read through a padded copy."""
+
+    index: int                  # parameter position
+    name: str
+    original: TensorType
+    padded: TensorType          # shape rounded up; strides of the fresh buffer
+    order: tuple[int, ...]      # axes of the buffer, slowest first (keeps the major order)
+    fill: float
+
+    @property
+    def copy_bytes(self) -> float:
+        """Traffic of the copy: read the original, write the padded buffer."""
+        item = self.original.dtype.itemsize
+        return float(math.prod(self.original.shape) * item + math.prod(self.padded.shape)
+                     * item)
+
+
+def rows_aligned(t: TensorType) -> bool:
+    """True when some axis has unit stride and every other axis (of extent > 1) steps a
+    multiple of 16 bytes: rows can be read with 16-byte vectors given an aligned base."""
+    item = t.dtype.itemsize
+    axes = [a for a, e in enumerate(t.shape) if e > 1]
+    unit = [a for a in axes if t.strides[a] == 1]
+    if not unit:
+        return not axes
+    return all((t.strides[a] * item) % ALIGN_BYTES == 0 for a in axes if a != unit[0])
+
+
+def _mma_loads(fn: Function) -> dict[Value, list[Op]]:
+    """Tensor params whose loads feed an `mma` operand directly."""
+    out: dict[Value, list[Op]] = {}
+    for op in fn.walk():
+        if op.name != "mma":
+            continue
+        for v in op.operands[:2]:
+            owner = v.owner
+            if getattr(owner, "name", None) == "load":
+                out.setdefault(owner.operands[0], []).append(owner)  # type: ignore[union-attr]
+    return out
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def misaligned_operands(fn: Function) -> list[str]:
+    """Names of params loaded into an `mma` operand whose rows are misaligned."""
+    feeds = _mma_loads(fn)
+    return [p.name for p in fn.params if p.value in feeds and not rows_aligned(p.type)]
+
+
+def paddable_operands(fn: Function) -> tuple[list[PaddedOperand], list[str]]:
+    """The misaligned `mma` operands a padded copy may serve, and why others may not."""
+    feeds = _mma_loads(fn)
+    stored = UseInfo.of(fn).stored_params
+    out: list[PaddedOperand] = []
+    refused: list[str] = []
+    for index, p in enumerate(fn.params):
+        t = p.type
+        if p.value not in feeds or rows_aligned(t):
+            continue
+        if p.value in stored:
+            refused.append(f"{p.name}: the kernel stores to it (a copy would not see its own "
+                           f"writes)")
+            continue
+        loads = [op for op in fn.walk() if op.name == "load" and op.operands[0] is p.value]
+        fills = {repr(op.attrs["fill"]) for op in loads}
+        if len(fills) != 1 or not t.dtype.is_float:
+            refused.append(f"{p.name}: loads with several fills or a non-float dtype")
+            continue
+        fill = float(loads[0].attrs["fill"])
+        shape = list(t.shape)
+        for op in loads:
+            for axis, ext in enumerate(op.attrs["shape"]):
+                if ext is not None:
+                    shape[axis] = max(shape[axis], _round_up(t.shape[axis], ext))
+        # Keep the original's major order; round the fastest axis to 16 bytes.
+        order = tuple(sorted(range(t.rank), key=lambda a: (-abs(t.strides[a]), a)))
+        if order:
+            per_vector = max(1, ALIGN_BYTES // t.dtype.itemsize)
+            shape[order[-1]] = _round_up(shape[order[-1]], per_vector)
+        strides = [0] * t.rank
+        step = 1
+        for a in reversed(order):
+            strides[a] = step
+            step *= shape[a]
+        out.append(PaddedOperand(index, p.name, t, TensorType(t.dtype, tuple(shape),
+                                                              tuple(strides)), order, fill))
+    return out, refused
+
+
+# ------------------------------------------------------------------------- copy kernel
+
+_COPY_SOURCE = '''\
+"""tilenest (cuda backend): pad-copy kernel ({mode}). Do not edit."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tn_pad_copy(SRC, DST, FILL, S0, S1, S2, SS0, SS1, SS2, D1, D2, DS0, DS1, DS2,
+                BR: tl.constexpr, BC: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    rows_per = tl.cdiv(D1, BR)
+    i0 = pid // rows_per
+    i1 = (pid % rows_per) * BR + tl.arange(0, BR)[:, None]
+    i2 = tl.program_id(1).to(tl.int64) * BC + tl.arange(0, BC)[None, :]
+    rows = tl.where(i0 < S0, S1, 0)  # rows of the source in this slab (none past S0)
+    inside = (i1 < rows) & (i2 < S2)
+    x = tl.load(SRC + i0 * SS0 + i1 * SS1 + i2 * SS2, mask=inside, other=FILL)
+    tl.store(DST + i0 * DS0 + i1 * DS1 + i2 * DS2, x, mask=(i1 < D1) & (i2 < D2))
+'''
+
+_BR, _BC = 32, 64
+
+
+def _copy_kernel(interpret: bool) -> Any:
+    from tilenest.backends.cuda.source_cache import load_source
+
+    module, _ = load_source(_COPY_SOURCE.format(mode="interpreter" if interpret else
+                                                "device"))
+    return module.tn_pad_copy
+
+
+def _as3(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    pad = 3 - len(shape)
+    return [1] * pad + list(shape), [0] * pad + list(strides)
+
+
+class PaddedBuffers:
+    """Fresh padded buffers (cached per device) and the copy launches that fill them."""
+
+    def __init__(self, operands: list[PaddedOperand], interpret: bool) -> None:
+        for o in operands:
+            if o.original.rank > 3:
+                raise ValueError("padded copies support tensors of rank <= 3")
+        self.operands = operands
+        self.interpret = interpret
+        self._buffers: dict[tuple[int, str], Any] = {}
+        self._kernel: Any = None
+
+    def _buffer(self, o: PaddedOperand, like: Any) -> Any:
+        import torch
+
+        key = (o.index, str(like.device))
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = torch.empty_strided(o.padded.shape, o.padded.strides, dtype=like.dtype,
+                                      device=like.device)
+            self._buffers[key] = buf
+        return buf
+
+    def substitute(self, tensors: list[Any]) -> list[Any]:
+        """Copy every padded operand into its buffer; the main kernel reads the buffers."""
+        if self._kernel is None:
+            self._kernel = _copy_kernel(self.interpret)
+        out = list(tensors)
+        for o in self.operands:
+            src = tensors[o.index]
+            dst = self._buffer(o, src)
+            (s0, s1, s2), (ss0, ss1, ss2) = _as3(tuple(src.shape), tuple(src.stride()))
+            (_, d1, d2), (ds0, ds1, ds2) = _as3(o.padded.shape, o.padded.strides)
+            d0 = 1 if o.padded.rank < 3 else o.padded.shape[0]
+            grid = (d0 * -(-d1 // _BR), -(-d2 // _BC))
+            self._kernel[grid](src, dst, o.fill, s0, s1, s2, ss0, ss1, ss2, d1, d2, ds0, ds1,
+                               ds2, BR=_BR, BC=_BC)
+            out[o.index] = dst
+        return out
