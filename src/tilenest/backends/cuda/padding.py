@@ -132,7 +132,7 @@ import triton.language as tl
 def tn_pad_copy(SRC, DST, FILL, S0, S1, S2, SS0, SS1, SS2, D1, D2, DS0, DS1, DS2,
                 BR: tl.constexpr, BC: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
-    rows_per = tl.cdiv(D1, BR)
+    rows_per = (D1 + BR - 1) // BR
     i0 = pid // rows_per
     i1 = (pid % rows_per) * BR + tl.arange(0, BR)[:, None]
     i2 = tl.program_id(1).to(tl.int64) * BC + tl.arange(0, BC)[None, :]

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from tilenest.ir.core import Function, Op, Region
 from tilenest.ir.types import Dim, TensorType, TileType
 
+MISALIGNED = "~misaligned"  # dot-flop key suffix: an operand is read from misaligned rows
+
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
@@ -87,7 +89,11 @@ def _trips(op: Op) -> int:
 
 
 def _count(region: Region, mult: float, work: Work, layout: BlockLayout) -> None:
-    for op in region.ops:
+    _count_ops(region.ops, mult, work, layout)
+
+
+def _count_ops(ops: list[Op], mult: float, work: Work, layout: BlockLayout) -> None:
+    for op in ops:
         for r in op.results:
             if isinstance(r.type, TileType):
                 work.max_tile_elements = max(work.max_tile_elements,
@@ -106,6 +112,10 @@ def _count(region: Region, mult: float, work: Work, layout: BlockLayout) -> None
             flops = 2.0 * _elements(tuple(extents.values()))
             key = a.dtype.name if not (a.dtype.name == "f32" and getattr(layout, "tf32", False)) \
                 else "tf32"
+            slow = getattr(layout, "misaligned", set())
+            if any(getattr(v.owner, "name", None) == "load" and v.owner.operands[0] in slow
+                   for v in op.operands[:2]):
+                key += MISALIGNED
             work.dot_flops[key] = work.dot_flops.get(key, 0.0) + mult * flops
         for r in op.regions:
             inner = mult * (_trips(op) if op.name in ("serial", "pipeline", "reduce",
@@ -124,3 +134,32 @@ def count_work(fn: Function, plan: object) -> Work:
             work.programs.append(_trips(op))
     _count(fn.body, 1.0, work, layout)
     return work
+
+
+def loop_trips(op: Op) -> int:
+    """Iterations of the longest chain of loops with loads inside one program."""
+    best = 0
+    for inner in op.body.walk():
+        if inner.name in ("serial", "pipeline") and any(x.name == "load"
+                                                        for x in inner.body.walk()):
+            best = max(best, _trips(inner))
+    return best
+
+
+def phase_work(fn: Function, plan: object) -> list[tuple[Op, Work]]:
+    """`count_work` per root `parallel` (the phases the planner prices)."""
+    layout = BlockLayout(fn, getattr(plan, "min_dot_extent", 16))
+    layout.tf32 = getattr(plan, "allow_tf32", False)  # type: ignore[attr-defined]
+    from tilenest.backends.cuda.padding import paddable_operands, rows_aligned
+
+    padded = {o.name for o in paddable_operands(fn)[0]} if getattr(
+        plan, "pad_misaligned", False) else set()
+    layout.misaligned = {p.value for p in fn.params  # type: ignore[attr-defined]
+                         if not rows_aligned(p.type) and p.name not in padded}
+    out = []
+    for op in fn.body.ops:
+        if op.name == "parallel":
+            work = Work(programs=[_trips(op)])
+            _count_ops([op], 1.0, work, layout)
+            out.append((op, work))
+    return out

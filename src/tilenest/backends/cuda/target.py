@@ -10,15 +10,54 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from tilenest.backends.cuda.plan import CudaPlan, default_plan, validate
-from tilenest.backends.cuda.resources import count_work, pipelined_smem_bytes
+from tilenest.analysis.resources import ExecutionResources, ResourceLimits
+from tilenest.analysis.work import ExecutionWork
+from tilenest.backends.cuda.cost import H200_RATES, GpuCostPolicy
+from tilenest.backends.cuda.padding import misaligned_operands, paddable_operands
+from tilenest.backends.cuda.plan import (
+    GROUP_SIZES,
+    WARPS,
+    CudaPlan,
+    default_plan,
+    has_op,
+    validate,
+)
+from tilenest.backends.cuda.resources import (
+    count_work,
+    loop_trips,
+    phase_work,
+    pipelined_smem_bytes,
+)
 from tilenest.backends.registry import Executable
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
 from tilenest.numerics import as_policy
+from tilenest.plan.constraints import Constraints
+from tilenest.plan.cost import CostPolicy
+from tilenest.plan.explain import render
+from tilenest.plan.records import (
+    ROW_MAJOR,
+    Admission,
+    Atom,
+    Candidate,
+    Distribution,
+    DistributionKind,
+    RejectionCategory,
+    Resources,
+    Schedule,
+)
+from tilenest.plan.search import (
+    DEFAULT_BUDGET,
+    PlannerOptions,
+    PlanningResult,
+    plan,
+    require_selection,
+)
+from tilenest.plan.target import TargetFacts
 
 
 @dataclass(frozen=True)
@@ -42,7 +81,7 @@ H200 = GpuInfo(
     max_blocks_per_sm=32, compute_capability=(9, 0),
     # Measured on the lent H200 (KINDS.md): device copy ~4.3 TB/s, bf16 GEMM ~790 TFLOP/s.
     bandwidth=4.3e12,
-    dot_rates={"f16": 790e12, "bf16": 790e12, "tf32": 395e12, "f32": 50e12, "f64": 60e12},
+    dot_rates={"f16": 790e12, "bf16": 790e12, "tf32": 400e12, "f32": 51e12, "f64": 60e12},
 )
 
 
@@ -71,15 +110,22 @@ def device_info() -> GpuInfo:
                    source="torch.cuda")
 
 
+MAX_REGS = 255
+
+
+def registers_proxy(tile_elements: int, threads: int) -> int:
+    return 32 + math.ceil(1.25 * tile_elements / threads)
+
+
 def resident_programs(fn: Function, plan: CudaPlan, info: GpuInfo) -> dict[str, float]:
     """Programs resident per SM, limited by shared memory, threads and registers."""
     threads = 32 * plan.num_warps
     work = count_work(fn, plan)
     smem = max(1, pipelined_smem_bytes(fn, plan))
-    # Register demand proxy: the largest block spread over the threads, 4 bytes a lane,
-    # plus a fixed 32 registers of addresses and indices (a pressure proxy, not an
-    # allocation; Triton allocates registers itself).
-    regs_per_thread = min(255, 32 + math.ceil(2 * work.max_tile_elements / threads))
+    # Register demand proxy: the largest block (the accumulator) spread over the threads
+    # with 25% headroom for operands, plus 32 registers of addresses and indices (a
+    # pressure proxy, not an allocation; Triton allocates registers itself).
+    regs_per_thread = min(MAX_REGS, registers_proxy(work.max_tile_elements, threads))
     by_smem = info.smem_per_sm // smem if smem > 1 else info.max_blocks_per_sm
     by_threads = info.max_threads_per_sm // threads
     by_regs = info.regs_per_sm // (regs_per_thread * threads)
@@ -128,8 +174,265 @@ def explain(fn: Function, plan: CudaPlan, info: GpuInfo | None = None,
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------- target info
+
+
+def _wave_footprint(rows: int, cols: int, group_rows: int, group_columns: int,
+                    wave: int) -> tuple[int, int]:
+    """Distinct grid rows and columns the first `wave` program ordinals touch (the grouped
+    traversal's formulas of traversal.py, evaluated directly)."""
+    seen_r: set[int] = set()
+    seen_c: set[int] = set()
+    gr, gc = (group_rows, group_columns) if group_rows > 1 and group_columns < cols else \
+        (1, cols)
+    for r in range(min(wave, rows * cols)):
+        band = r // (gr * cols)
+        first_row = band * gr
+        h = min(gr, rows - first_row)
+        in_band = r - band * gr * cols
+        rect = in_band // (h * gc)
+        first_col = rect * gc
+        w = min(gc, cols - first_col)
+        t = in_band - rect * h * gc
+        seen_r.add(first_row + t // w)
+        seen_c.add(first_col + t % w)
+    return len(seen_r), len(seen_c)
+
+
+def _has_loop_loads(fn: Function) -> bool:
+    return any(op.name in ("serial", "pipeline") and any(x.name == "load"
+                                                         for x in op.body.walk())
+               for op in fn.walk())
+
+
+class CudaTargetInfo:
+    """The GPU as the planner sees it for one function: the common space (root-axis orders
+    x grouped traversals) expanded by warps, pipeline stages and the layout of misaligned
+    `mma` operands; admission by plan validation, shared memory and a register proxy."""
+
+    def __init__(self, fn: Function, gpu: GpuInfo, constraints: Constraints | None = None,
+                 *, allow_tf32: bool = False, allow_fma: bool = False) -> None:
+        self.fn, self.gpu = fn, gpu
+        self.constraints = constraints or Constraints()
+        self.allow_tf32, self.allow_fma = allow_tf32, allow_fma
+        self.default = default_plan(fn)
+        self.paddable, self.refused = paddable_operands(fn)
+        self.misaligned = misaligned_operands(fn)
+        self._work: dict[tuple, list] = {}
+
+    def target(self) -> TargetFacts:
+        g = self.gpu
+        return TargetFacts("cuda", 32, None,
+                           f"{g.name}, {g.sms} SMs, cc {g.compute_capability[0]}."
+                           f"{g.compute_capability[1]}, {g.smem_per_block // 1024} KiB smem "
+                           f"per block, facts from {g.source}")
+
+    def distributions(self, fn: Function) -> tuple[Distribution, ...]:
+        # A tile's elements spread over the program's threads; packing several logical
+        # programs into one Triton program (programs_per_block > 1) has no emitter yet.
+        return (Distribution(DistributionKind.ELEMENT_GRID, 1),)
+
+    def distribution_for(self, local_lanes: int) -> Distribution:
+        return Distribution(DistributionKind.ELEMENT_GRID, 1)
+
+    def block_sizes(self, distribution: Distribution) -> tuple[int, ...]:
+        return (1,)
+
+    def supports_task_grain(self) -> bool:
+        return False
+
+    def task_grains(self, blocks: int) -> tuple[int, ...]:
+        return (1,)
+
+    def traversals(self, extents: tuple[int, ...], order: tuple[int, ...]
+                   ) -> tuple[tuple[int, int], ...]:
+        """Row-major, and grouped bands of GROUP_SIZES rows (one column per rectangle, as
+        Triton's grouped ordering) where `mma` tiles share operands through L2."""
+        if len(order) < 2 or len(extents) != len(order) or not has_op(self.fn, "mma"):
+            return (ROW_MAJOR,)
+        rows = extents[order[-2]]
+        first = (min(self.default.group_rows, rows), self.default.group_columns)
+        out = [first if first[0] > 1 else ROW_MAJOR]  # the default rule's first: ties keep it
+        for g in (1, *GROUP_SIZES[1:]):
+            t = (min(g, rows), 1) if g > 1 else ROW_MAJOR
+            if t not in out:
+                out.append(t)
+        return tuple(out)
+
+    def expand(self, base: Candidate) -> Iterator[Candidate]:
+        """Warps x stages x operand layouts (the default rule's values first: ties keep
+        them)."""
+        cons = self.constraints
+        d = self.default
+        warps = [cons.get("num_warps")] if cons.has("num_warps") else \
+            [d.num_warps] + [w for w in WARPS[1:4] if w != d.num_warps]
+        if cons.has("num_stages"):
+            stages = [cons.get("num_stages")]
+        elif _has_loop_loads(self.fn):
+            stages = [d.num_stages] + [s for s in (1, 2, 3, 4) if s != d.num_stages]
+        else:
+            stages = [1]
+        if cons.has("pad_misaligned"):
+            pads = [bool(cons.get("pad_misaligned"))]
+        else:
+            pads = [False, True] if self.paddable else [False]
+        for pad in pads:
+            padded = {o.name for o in self.paddable} if pad else set()
+            layouts = tuple((n, "padded-copy" if n in padded else "original")
+                            for n in self.misaligned)
+            for w in warps:
+                for st in stages:
+                    yield replace(base, binding=replace(base.binding, warps=w),
+                                  schedule=Schedule(stages=st),
+                                  resources=Resources(operand_layouts=layouts))
+
+    def realize(self, candidate: Candidate) -> CudaPlan:
+        b = candidate.binding
+        canonical = tuple(range(len(b.root_axis_order)))
+        fields_: dict[str, Any] = dict(self.constraints.items())
+        fields_.pop("program_traversal", None)
+        pad = any(how == "padded-copy" for _, how in candidate.resources.operand_layouts)
+        searched = {"root_axis_order": None if b.root_axis_order == canonical
+                    else b.root_axis_order, "group_rows": b.traversal[0],
+                    "group_columns": b.traversal[1], "num_warps": b.warps or 4,
+                    "num_stages": candidate.schedule.stages or 1, "pad_misaligned": pad}
+        for name, value in searched.items():
+            fields_.setdefault(name, value)
+        return CudaPlan(**fields_).with_(allow_tf32=self.allow_tf32, allow_fma=self.allow_fma)
+
+    def accepts(self, fn: Function, candidate: Candidate) -> None:
+        try:
+            validate(self.realize(candidate), fn)
+        except BackendError as e:
+            msg = e.plain_message
+            name = msg.split(":", 1)[0].removeprefix("CudaPlan.") if msg.startswith(
+                "CudaPlan.") else "plan"
+            raise Admission(RejectionCategory.TARGET, name, msg) from None
+
+    def resources(self, fn: Function, candidate: Candidate) -> ExecutionResources:
+        """Pipelined shared memory per program (from the lowering's block layout) and the
+        register proxy; over the device's limits is a `resource` rejection."""
+        p = self.realize(candidate)
+        smem = pipelined_smem_bytes(fn, p)
+        if smem > self.gpu.smem_per_block:
+            raise Admission(RejectionCategory.RESOURCE, "num_stages",
+                            f"{p.num_stages} stages of the pipelined loads need ~{smem} B of "
+                            f"shared memory per program; {self.gpu.name} allows "
+                            f"{self.gpu.smem_per_block} B per block")
+        threads = 32 * p.num_warps
+        regs = registers_proxy(count_work(fn, p).max_tile_elements, threads)
+        if regs > MAX_REGS:
+            raise Admission(RejectionCategory.RESOURCE, "num_warps",
+                            f"{p.num_warps} warps hold the largest block in ~{regs} registers "
+                            f"per thread (proxy), over the {MAX_REGS} a thread can address "
+                            f"(it would spill)")
+        loops = sum(1 for op in fn.walk() if op.name in ("serial", "pipeline"))
+        return ExecutionResources(smem, loops if p.num_stages > 1 else 0)
+
+    def resource_limits(self, candidate: Candidate) -> ResourceLimits:
+        return ResourceLimits(snapshot_bytes_per_worker=self.gpu.smem_per_block)
+
+    def schedule(self, candidate: Candidate, work: ExecutionWork) -> tuple[dict, ...]:
+        p = self.realize(candidate)
+        key = (p.num_warps, p.num_stages, p.pad_misaligned)
+        if key not in self._work:
+            self._work[key] = [resident_programs(self.fn, p, self.gpu),
+                               phase_work(self.fn, p)]
+        res, phases = self._work[key]
+        slots = res["resident_per_sm"] * self.gpu.sms
+        out: list[dict] = []
+        for i, (op, w) in enumerate(phases):
+            programs = w.programs[0] or 1
+            # Waves of resident programs expose load latency; SM balance (one busy program
+            # saturates an SM's matrix or memory pipes) sets the tail.
+            waves = math.ceil(programs / slots)
+            rounds = math.ceil(programs / self.gpu.sms)
+            entry = {"programs": float(programs), "waves": float(waves),
+                     "wave_efficiency": programs / (rounds * self.gpu.sms),
+                     "bytes": w.bytes_moved,
+                     "dram_fraction": self._dram_fraction(op, p, int(slots)),
+                     "loop_trips": float(loop_trips(op)), "stages": float(p.num_stages),
+                     **res}
+            for kind, flops in w.dot_flops.items():
+                entry[f"flops_{kind}"] = flops
+            if i == 0 and p.pad_misaligned:
+                entry["copy_bytes"] = sum(o.copy_bytes for o in self.paddable)
+                entry["copies"] = float(len(self.paddable))
+            out.append(entry)
+        return tuple(out)
+
+    def _dram_fraction(self, op: Any, p: CudaPlan, slots: int) -> float:
+        """For `mma` phases on a 2-D program grid: the share of operand traffic one wave
+        fetches from DRAM, (distinct rows + distinct columns) / (2 x programs in the wave),
+        assuming the rest hits L2."""
+        domain = [e for _, e in op.attrs["domain"]]
+        if len(domain) < 2 or not any(x.name == "mma" for x in op.body.walk()):
+            return 1.0
+        order = p.root_axis_order or tuple(range(len(domain)))
+        rows, cols = domain[order[-2]], domain[order[-1]]
+        wave = max(1, min(slots, rows * cols))
+        r, c = _wave_footprint(rows, cols, p.group_rows, p.group_columns, wave)
+        return min(1.0, (r + c) / (2.0 * wave))
+
+    def cost_policy(self) -> CostPolicy:
+        rates = {**H200_RATES, "bandwidth": self.gpu.bandwidth,
+                 **{f"rate_{k}": v for k, v in self.gpu.dot_rates.items()}}
+        return GpuCostPolicy(rates)
+
+    def complete(self, fn: Function, candidate: Candidate) -> Candidate:
+        """Fill in A (a tensor-core `dot` per `mma`) and Theta's pipeline windows."""
+        atoms = tuple(Atom(str(op.loc) if op.loc else "mma", "dot")
+                      for op in fn.walk() if op.name == "mma")
+        windows = tuple((str(op.loc) if op.loc else "pipeline", int(op.attrs["window"]))
+                        for op in fn.walk() if op.name == "pipeline")
+        return replace(candidate, atoms=atoms,
+                       schedule=replace(candidate.schedule, pipeline_windows=windows))
+
+
+# ------------------------------------------------------------------------- prepare
+
+
+def _constraints(options: dict[str, Any], policy: Any) -> Constraints:
+    """Fixed controls from `plan=` (every field) and/or `constraints=`; the traversal
+    fields become the planner's `program_traversal`."""
+    fixed = options.get("plan")
+    pairs: dict[str, Any] = {}
+    if fixed is not None:
+        if not isinstance(fixed, CudaPlan):
+            raise ArgumentError(f"plan= must be a CudaPlan for the cuda target, got {fixed!r}")
+        pairs = {f.name: getattr(fixed, f.name) for f in fields(fixed)}
+    known = {f.name for f in fields(CudaPlan)}
+    for name, value in Constraints.of(options.get("constraints")).pairs:
+        if name not in known:
+            raise ArgumentError(f"unknown cuda plan control {name!r}; known: {sorted(known)}")
+        if name in pairs and pairs[name] != value:
+            raise ArgumentError(f"constraint {name}={value!r} contradicts plan= "
+                                f"({pairs[name]!r})")
+        pairs[name] = value
+    for name in ("allow_tf32", "allow_fma"):
+        if pairs.pop(name, False) and not getattr(policy, name):
+            raise BackendError(f"CudaPlan.{name}: the numerical policy does not allow it "
+                               f"(policy {policy.describe()})", loc=None)
+    if "group_rows" in pairs or "group_columns" in pairs:
+        pairs["program_traversal"] = (pairs.pop("group_rows", 1),
+                                      pairs.pop("group_columns", 1))
+    return Constraints.of(pairs)
+
+
+def plan_cuda(fn: Function, options: dict[str, Any], gpu: GpuInfo | None = None
+              ) -> tuple[PlanningResult, CudaTargetInfo]:
+    """Run the planner for `fn` on the GPU (or the static H200 description); no Triton."""
+    policy = as_policy(options.get("policy"))
+    cons = _constraints(options, policy)
+    info = CudaTargetInfo(fn, gpu or device_info(), cons, allow_tf32=policy.allow_tf32,
+                          allow_fma=policy.allow_fma)
+    opts = PlannerOptions(constraints=cons, cost_policy=options.get("cost_policy"),
+                          budget=options.get("plan_budget", DEFAULT_BUDGET))
+    return plan(fn, info, opts), info
+
+
 def prepare(fn: Function, options: dict[str, Any]) -> Executable:
-    """Plan (the default rule, or the `plan=` option) and build Triton kernels."""
+    """Plan (every compile) and build Triton kernels."""
     from tilenest.backends.cuda.launch import CudaExecutable
 
     interpret = interpreting()
@@ -141,26 +444,35 @@ def prepare(fn: Function, options: dict[str, Any]) -> Executable:
         if not torch.cuda.is_available():
             raise BackendError("the cuda target needs a CUDA GPU (or TRITON_INTERPRET=1 for "
                                "the Triton interpreter)", loc=None)
-    plan = options.get("plan")
-    if plan is None:
-        plan = default_plan(fn)
-    elif not isinstance(plan, CudaPlan):
-        raise ArgumentError(f"plan= must be a CudaPlan for the cuda target, got {plan!r}")
-    policy = as_policy(options.get("policy"))
-    for name in ("allow_tf32", "allow_fma"):
-        if getattr(plan, name) and not getattr(policy, name):
-            raise BackendError(f"CudaPlan.{name}: the numerical policy does not allow it "
-                               f"(policy {policy.describe()})", loc=None)
-    plan = plan.with_(allow_tf32=policy.allow_tf32, allow_fma=policy.allow_fma)
-    info = device_info()
-    validate(plan, fn, info.smem_per_block)
-    exe = CudaExecutable(fn, plan, interpret)
+    result, info = plan_cuda(fn, options)
+    chosen: CudaPlan = require_selection(result, fn.name).plan
+    exe = CudaExecutable(fn, chosen, interpret)
     _dump(fn.name, exe.fast.lowered.source)
-    explanation = f"numerical policy: {policy.describe()}\n" + explain(
-        fn, plan, info, exe.fast.lowered.phases)
-    return Executable("cuda", fn, exe.run, plan=plan, source=exe.fast.lowered.source,
+    policy = as_policy(options.get("policy"))
+    explanation = (f"numerical policy: {policy.describe()}\n"
+                   + explain(fn, chosen, info.gpu, exe.fast.lowered.phases) + "\n"
+                   + render(result))
+    _dump_plan(fn.name, explanation)
+    return Executable("cuda", fn, exe.run, plan=chosen, source=exe.fast.lowered.source,
                       explanation=explanation, extras={"executable": exe,
-                                                       "path": exe.fast.path})
+                                                       "path": exe.fast.path,
+                                                       "planning": result})
+
+
+def _dump_plan(name: str, explanation: str) -> None:
+    import sys
+
+    from tilenest.config import config
+
+    cfg = config()
+    if "plan" not in cfg.dump:
+        return
+    if cfg.dump_dir:
+        os.makedirs(cfg.dump_dir, exist_ok=True)
+        with open(os.path.join(cfg.dump_dir, f"{name}.plan.txt"), "w") as f:
+            f.write(explanation)
+    else:
+        print(explanation, file=sys.stderr)
 
 
 def _dump(name: str, source: str) -> None:
