@@ -33,7 +33,8 @@ def candidate_table(result: PlanningResult, top: int | None = 20) -> Table:
         b = c.binding
         trav = "row-major" if b.traversal == (1, 1) else f"{b.traversal[0]}x{b.traversal[1]}"
         cells = [str(b.warps), str(c.schedule.stages),
-                 " ".join(f"{n}:{how}" for n, how in c.resources.operand_layouts) or "-"] \
+                 " ".join(f"{n}:{'pad' if how == 'padded-copy' else 'orig'}"
+                          for n, how in c.resources.operand_layouts) or "-"] \
             if gpu else []
         table.add_row(str(s.rank), c.distribution.kind.value,
                       str(b.root_axis_order), trav, str(b.block_size), str(b.task_grain),

@@ -436,14 +436,17 @@ def prepare(fn: Function, options: dict[str, Any]) -> Executable:
     from tilenest.backends.cuda.launch import CudaExecutable
 
     interpret = interpreting()
+    missing = None
     if not interpret:
         try:
             import torch
         except ImportError:
             raise BackendError("the cuda target needs torch", loc=None) from None
         if not torch.cuda.is_available():
-            raise BackendError("the cuda target needs a CUDA GPU (or TRITON_INTERPRET=1 for "
-                               "the Triton interpreter)", loc=None)
+            # Planning, lowering and `explain` work on the static H200 description; only
+            # running needs the device.
+            missing = ("the cuda target needs a CUDA GPU to run (or TRITON_INTERPRET=1 for "
+                       "the Triton interpreter); planned for the static H200 description")
     result, info = plan_cuda(fn, options)
     chosen: CudaPlan = require_selection(result, fn.name).plan
     exe = CudaExecutable(fn, chosen, interpret)
@@ -453,7 +456,11 @@ def prepare(fn: Function, options: dict[str, Any]) -> Executable:
                    + explain(fn, chosen, info.gpu, exe.fast.lowered.phases) + "\n"
                    + render(result))
     _dump_plan(fn.name, explanation)
-    return Executable("cuda", fn, exe.run, plan=chosen, source=exe.fast.lowered.source,
+    run = exe.run
+    if missing is not None:
+        def run(args: dict[str, Any], why: str = missing) -> None:
+            raise BackendError(why, loc=None)
+    return Executable("cuda", fn, run, plan=chosen, source=exe.fast.lowered.source,
                       explanation=explanation, extras={"executable": exe,
                                                        "path": exe.fast.path,
                                                        "planning": result})
