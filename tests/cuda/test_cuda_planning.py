@@ -201,8 +201,6 @@ def test_padded_plan_matches_the_unpadded_plan(interpreter, dtype, shape) -> Non
 def test_padded_copy_keeps_the_loads_fill(interpreter) -> None:
     @tn.kernel
     def rowmax_dot(A, B, C, *, BM=16):
-        M, K = A.shape
-        N = B.shape[1]
         m, n, k = tn.axis("m", BM), tn.axis("n", BM), tn.axis("k", BM)
         for _ in tn.parallel(1):
             x = A.tile((0, 0), (m, k), fill=1.0).load()
