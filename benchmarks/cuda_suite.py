@@ -77,6 +77,22 @@ def gemm_case(dtype: str, M: int, N: int, K: int, tf32: bool, log: list[str]) ->
                (128, 128, 64, 4, 4), (128, 128, 32, 8, 4)]
     if dtype == "f32":
         configs = [(128, 128, 32, 8, 3), (64, 128, 32, 4, 3), (128, 64, 32, 4, 4)]
+    # The planner's own choice (warps, stages, traversal, padded copies of misaligned
+    # operands) per tile size, then the fixed-plan sweep (original strides) as controls.
+    for bm, bn, bk in dict.fromkeys((c[0], c[1], c[2]) for c in configs):
+        out = torch.empty(M, N, device="cuda", dtype=dt)
+        consts = {"BM": bm, "BN": bn, "BK": bk}
+        popts: dict[str, Any] = {} if policy is None else {"policy": policy}
+        ck = _safe(f"{label} tilenest planned {consts}", lambda o=out, c=consts, p=popts:
+                   kern.compile(sets[0][0], sets[0][1], o, target="cuda", **c, **p), log)
+        if ck is None:
+            continue
+        pl = ck.plan
+        name = (f"tilenest planned BM{bm} BN{bn} BK{bk} (w{pl.num_warps} s{pl.num_stages} "
+                f"g{pl.group_rows}{' padded' if pl.pad_misaligned else ''})")
+        case.contenders[name] = (
+            lambda i, ck=ck, o=out, c=consts, p=popts: ck(sets[i][0], sets[i][1], o, **c, **p),
+            lambda o=out: o)
     for bm, bn, bk, warps, stages in configs:
         out = torch.empty(M, N, device="cuda", dtype=dt)
         plan = CudaPlan(group_rows=8, num_warps=warps, num_stages=stages)
@@ -265,6 +281,9 @@ BUILDERS: dict[str, Callable[[list[str]], list[Case]]] = {
     + [gemm_case("f16", 4095, 4097, 4093, False, log), gemm_case("f32", 4096, 4096, 4096,
                                                                    False, log),
        gemm_case("f32", 4096, 4096, 4096, True, log)],
+    "gemm-ragged": lambda log: [gemm_case("f16", 4095, 4097, 4093, False, log),
+                                gemm_case("f32", 4096, 4096, 4096, False, log),
+                                gemm_case("f32", 4096, 4096, 4096, True, log)],
     "softmax": lambda log: [_rows_case("softmax", "f32", 8192, 8192, log),
                             _rows_case("softmax", "f16", 16384, 4096, log)],
     "layernorm": lambda log: [_rows_case("layernorm", "f32", 8192, 8192, log),

@@ -3,7 +3,10 @@
   (a) --part e2e: the end-to-end example suite on `cuda` (tests/e2e/test_examples.py -k cuda,
       host arrays staged through device memory) plus every example case on torch CUDA tensors
       (contiguous and transposed) against the float64 oracle, and the cuda unit/AOT tests;
-  (b) --part bench: benchmarks/cuda_suite.py (--only picks families).
+  (b) --part bench: benchmarks/cuda_suite.py (--only picks families; GEMM cases time the
+      planner's own plan per tile size plus the fixed-plan sweep);
+  (c) --part gemm-ragged: f16 4095x4097x4093 (the planner pads misaligned operands), f32
+      IEEE and tf32 4096^3, planner's choice vs fixed plans, hand Triton and cuBLAS.
 
 Works with PYTHONPATH=src:. (no install). Writes logs/JSON/markdown under $OUT and prints a
 short table last. Each part stays under ~8 minutes.
@@ -97,7 +100,7 @@ def part_bench(only: str) -> int:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--part", choices=("e2e", "bench"), default="e2e")
+    p.add_argument("--part", choices=("e2e", "bench", "gemm-ragged"), default="e2e")
     p.add_argument("--only", default="gemm")
     a = p.parse_args()
     import torch
@@ -106,6 +109,8 @@ def main() -> int:
     print(f"torch {torch.__version__} triton {triton.__version__} "
           f"gpu {torch.cuda.get_device_name() if torch.cuda.is_available() else None}",
           flush=True)
+    if a.part == "gemm-ragged":
+        return part_bench("gemm-ragged")
     return part_e2e() if a.part == "e2e" else part_bench(a.only)
 
 
