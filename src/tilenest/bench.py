@@ -37,11 +37,27 @@ def _suite(name: str) -> Any:
                      "(benchmarks/ and examples/ not found)")
 
 
+def _run_cuda(args: argparse.Namespace) -> int:
+    """The GPU suite (tilenest vs cuBLAS, hand Triton, torch eager, torch.compile, SDPA)."""
+    try:
+        import torch
+    except ImportError:
+        print("tilenest bench --target cuda needs torch with CUDA (the `cuda` extra)",
+              file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("tilenest bench --target cuda: no CUDA GPU is visible", file=sys.stderr)
+        return 2
+    suite = _suite("cuda_suite")
+    argv = ["--out", args.out or "benchmarks/results"]
+    if args.only:
+        argv += ["--only", args.only]
+    return suite.main(argv)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.target == "cuda":
-        print("tilenest bench: the cuda suite is not available yet (it comes with the CUDA "
-              "backend issue); use --target cpu", file=sys.stderr)
-        return 2
+        return _run_cuda(args)
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # before anything imports torch
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
