@@ -78,7 +78,8 @@ def gemm_case(dtype: str, M: int, N: int, K: int, tf32: bool, log: list[str]) ->
     if dtype == "f32":
         configs = [(128, 128, 32, 8, 3), (64, 128, 32, 4, 3), (128, 64, 32, 4, 4)]
     # The planner's own choice (warps, stages, traversal, padded copies of misaligned
-    # operands) per tile size, then the fixed-plan sweep (original strides) as controls.
+    # operands, K-major copies of tf32 operands) per tile size, then the fixed-plan sweep
+    # (original strides) as controls.
     for bm, bn, bk in dict.fromkeys((c[0], c[1], c[2]) for c in configs):
         out = torch.empty(M, N, device="cuda", dtype=dt)
         consts = {"BM": bm, "BN": bn, "BK": bk}
@@ -89,7 +90,8 @@ def gemm_case(dtype: str, M: int, N: int, K: int, tf32: bool, log: list[str]) ->
             continue
         pl = ck.plan
         name = (f"tilenest planned BM{bm} BN{bn} BK{bk} (w{pl.num_warps} s{pl.num_stages} "
-                f"g{pl.group_rows}{' padded' if pl.pad_misaligned else ''})")
+                f"g{pl.group_rows}{' padded' if pl.pad_misaligned else ''}"
+                f"{' kmajor' if getattr(pl, 'kmajor_copy', False) else ''})")
         case.contenders[name] = (
             lambda i, ck=ck, o=out, c=consts, p=popts: ck(sets[i][0], sets[i][1], o, **c, **p),
             lambda o=out: o)

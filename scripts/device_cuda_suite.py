@@ -6,7 +6,8 @@
   (b) --part bench: benchmarks/cuda_suite.py (--only picks families; GEMM cases time the
       planner's own plan per tile size plus the fixed-plan sweep);
   (c) --part gemm-ragged: f16 4095x4097x4093 (the planner pads misaligned operands), f32
-      IEEE and tf32 4096^3, planner's choice vs fixed plans, hand Triton and cuBLAS.
+      IEEE and tf32 4096^3 (under tf32 the planner copies row-major B K-major: "kmajor"
+      rows), planner's choice vs fixed plans, hand Triton and cuBLAS.
 
 Works with PYTHONPATH=src:. (no install). Writes logs/JSON/markdown under $OUT and prints a
 short table last. Each part stays under ~8 minutes.

@@ -11,6 +11,9 @@ from rich.table import Table
 
 from tilenest.plan.search import PlanningResult
 
+# GPU operand layouts (cuda CudaTargetInfo) as table cells.
+_LAYOUT_TAGS = {"padded-copy": "pad", "kmajor-copy": "kmajor"}
+
 
 def _fmt(v: float) -> str:
     return f"{v:.4g}" if v < 1e6 else f"{v:.3e}"
@@ -33,7 +36,7 @@ def candidate_table(result: PlanningResult, top: int | None = 20) -> Table:
         b = c.binding
         trav = "row-major" if b.traversal == (1, 1) else f"{b.traversal[0]}x{b.traversal[1]}"
         cells = [str(b.warps), str(c.schedule.stages),
-                 " ".join(f"{n}:{'pad' if how == 'padded-copy' else 'orig'}"
+                 " ".join(f"{n}:{_LAYOUT_TAGS.get(how, 'orig')}"
                           for n, how in c.resources.operand_layouts) or "-"] \
             if gpu else []
         table.add_row(str(s.rank), c.distribution.kind.value,

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tilenest.backends.cuda.lower import LoweredModule, lower_function
-from tilenest.backends.cuda.padding import PaddedBuffers, paddable_operands
+from tilenest.backends.cuda.padding import PaddedBuffers, copied_operands
 from tilenest.backends.cuda.plan import CudaPlan
 from tilenest.backends.cuda.source_cache import load_source
 from tilenest.errors import ArgumentError, BackendError
@@ -95,8 +95,9 @@ class CudaExecutable:
         self.written = [p.value in stored for p in fn.params]
         self._status: Any = None
         self.padding: PaddedBuffers | None = None
-        if plan.pad_misaligned:
-            self.padding = PaddedBuffers(paddable_operands(fn)[0], interpret)
+        copies = copied_operands(fn, plan)
+        if copies:
+            self.padding = PaddedBuffers(copies, interpret)
         self.last_build = "fast"
         self.options = {"num_warps": plan.num_warps, "num_stages": plan.num_stages,
                         "enable_fp_fusion": plan.allow_fma}

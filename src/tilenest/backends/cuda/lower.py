@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from tilenest.analysis.uses import UseInfo
 from tilenest.backends.cuda.emitter import Emitter, Facts, Idx
-from tilenest.backends.cuda.padding import paddable_operands
+from tilenest.backends.cuda.padding import copied_operands
 from tilenest.backends.cuda.plan import CudaPlan
 from tilenest.backends.cuda.resources import BlockLayout
 from tilenest.backends.cuda.rules import lower_op, lower_ops
@@ -183,11 +183,9 @@ def _kernel(fn: Function, name: str, facts: Facts, errors: list[str],
 
 
 def padded_types(fn: Function, plan: CudaPlan) -> dict:
-    """Params the plan reads through padded copies, mapped to the copies' types."""
-    if not plan.pad_misaligned:
-        return {}
-    operands, _ = paddable_operands(fn)
-    return {fn.params[o.index].value: o.padded for o in operands}
+    """Params the plan reads through copies (padded or K-major), mapped to the copies'
+    types."""
+    return {fn.params[o.index].value: o.padded for o in copied_operands(fn, plan)}
 
 
 def lower_function(fn: Function, plan: CudaPlan, *, assume_no_alias: bool,
@@ -195,7 +193,7 @@ def lower_function(fn: Function, plan: CudaPlan, *, assume_no_alias: bool,
     """The Triton source of a function under a plan (fast build only under
     `assume_no_alias`, which the launcher checks at every invocation)."""
     layout = BlockLayout(fn, plan.min_dot_extent)
-    # Padded copies are snapshots taken before the launch: only the fast build (disjoint
+    # Copies are snapshots taken before the launch: only the fast build (disjoint
     # arguments, checked at every call) reads them; the safe build reads the originals.
     facts = Facts(plan, layout, assume_no_alias, UseInfo.of(fn).loaded_params, interpret,
                   padded_types(fn, plan) if assume_no_alias else {})

@@ -1,13 +1,23 @@
-"""Padded copies of misaligned `mma` operands: which tensors qualify, their padded layout,
-and the small Triton copy kernel that fills them before the main kernel runs.
+"""Copies of `mma` operands into fresh, aligned buffers before the main kernel runs: which
+tensors qualify, the buffers' layouts, and the small Triton copy kernel that fills them.
 
-A tensor whose rows are not a multiple of 16 bytes (e.g. f16 rows of 4093 elements) cannot
-be read with 16-byte vector or asynchronous copies, which starves the tensor cores. A plan
-with `pad_misaligned=True` first copies such an operand into a fresh buffer whose extents
-are rounded up to a multiple of every tile extent loaded along each axis (and the fastest
-axis to 16 bytes), with the padding filled with the loads' `fill` value: exactly what the
-loads would read past the tensor's edge. The main kernel is then lowered against the padded
-shape and strides, so its loads need no masks where the padded extents cover every tile.
+Two layouts share one machinery (a buffer is the original's extents rounded up, with the
+axes laid out in a chosen order, the padding filled with the loads' `fill` value):
+
+* padded copy (`CudaPlan.pad_misaligned`): a tensor whose rows are not a multiple of 16
+  bytes (e.g. f16 rows of 4093 elements) cannot be read with 16-byte vector or asynchronous
+  copies, which starves the tensor cores. The buffer keeps the original's major order.
+* K-major copy (`CudaPlan.kmajor_copy`, tf32 only): wgmma reads 32-bit operands from
+  shared memory K-major only, so an f32 operand whose contraction (k) axis is not the
+  contiguous one (row-major B (k, n), or A stored (k, m)) is transposed by Triton through
+  4-byte `cp.async` copies (~85 of ~400 TFLOP/s at 4096^3 on the H200). The buffer puts the
+  k axis fastest (an axis permutation of the copy): element (k, n) of B lives at
+  `buf[n * Kp + k]`, and the tile copies into shared memory are 16 bytes wide.
+
+Extents are rounded up to a multiple of every tile extent loaded along each axis, and the
+fastest axis to 16 bytes: exactly what the loads would read past the tensor's edge. The main
+kernel is lowered against the buffer's shape and strides, so its loads need no masks where
+the padded extents cover every tile.
 
 Only tensors the kernel never stores to qualify (the copy is a snapshot taken before the
 launch; a stored tensor read through a copy would miss its own writes), and only when every
@@ -22,21 +32,24 @@ from typing import Any
 
 from tilenest.analysis.uses import UseInfo
 from tilenest.ir.core import Function, Op, Value
-from tilenest.ir.types import TensorType
+from tilenest.ir.ops import mma_roles
+from tilenest.ir.types import TensorType, TileType
 
 ALIGN_BYTES = 16
+PADDED, KMAJOR = "padded-copy", "kmajor-copy"
 
 
 @dataclass(frozen=True)
 class PaddedOperand:
-    """One tensor parameter read through a padded copy."""
+    """One tensor parameter read through a copy (padded, or K-major and padded)."""
 
     index: int                  # parameter position
     name: str
     original: TensorType
     padded: TensorType          # shape rounded up; strides of the fresh buffer
-    order: tuple[int, ...]      # axes of the buffer, slowest first (keeps the major order)
+    order: tuple[int, ...]      # axes of the buffer, slowest first
     fill: float
+    layout: str = PADDED        # PADDED (major order kept) or KMAJOR (k axis fastest)
 
     @property
     def copy_bytes(self) -> float:
@@ -70,6 +83,31 @@ def _mma_loads(fn: Function) -> dict[Value, list[Op]]:
     return out
 
 
+def _mma_k_axes(fn: Function) -> dict[Value, set[int]]:
+    """Per tensor param loaded into an `mma` operand: the tensor axes that carry the
+    contracted (k) dim of those loads."""
+    out: dict[Value, set[int]] = {}
+    for op in fn.walk():
+        if op.name != "mma":
+            continue
+        ta, tb, tc = (v.type for v in op.operands)
+        assert isinstance(ta, TileType) and isinstance(tb, TileType)
+        assert isinstance(tc, TileType)
+        try:
+            k = mma_roles(ta, tb, tc)[3][0]
+        except ValueError:
+            continue
+        for v in op.operands[:2]:
+            owner = v.owner
+            if getattr(owner, "name", None) != "load":
+                continue
+            kept = [a for a, e in enumerate(owner.attrs["shape"]) if e is not None]  # type: ignore[union-attr]
+            axis = v.type.axis_of(k)  # type: ignore[union-attr]
+            if axis is not None:
+                out.setdefault(owner.operands[0], set()).add(kept[axis])  # type: ignore[union-attr]
+    return out
+
+
 def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
@@ -80,44 +118,95 @@ def misaligned_operands(fn: Function) -> list[str]:
     return [p.name for p in fn.params if p.value in feeds and not rows_aligned(p.type)]
 
 
-def paddable_operands(fn: Function) -> tuple[list[PaddedOperand], list[str]]:
-    """The misaligned `mma` operands a padded copy may serve, and why others may not."""
-    feeds = _mma_loads(fn)
+def kstrided_params(fn: Function) -> dict[Value, int]:
+    """f32 params loaded into an `mma` operand along one k axis that is not contiguous
+    (extent > 1, stride != 1), mapped to that axis: tf32 wgmma needs them transposed."""
+    out: dict[Value, int] = {}
+    k_axes = _mma_k_axes(fn)
+    for p in fn.params:
+        axes = k_axes.get(p.value, set())
+        t = p.type
+        if len(axes) != 1 or not isinstance(t, TensorType) or t.dtype.name != "f32":
+            continue
+        (axis,) = axes
+        if t.shape[axis] > 1 and t.strides[axis] != 1:
+            out[p.value] = axis
+    return out
+
+
+def _copy_of(fn: Function, index: int, order: tuple[int, ...], layout: str,
+             stored: set[Value]) -> PaddedOperand | str:
+    """The copy of param `index` with its buffer's axes in `order` (slowest first), or why
+    it may not be copied."""
+    p = fn.params[index]
+    t = p.type
+    assert isinstance(t, TensorType)
+    if p.value in stored:
+        return f"{p.name}: the kernel stores to it (a copy would not see its own writes)"
+    loads = [op for op in fn.walk() if op.name == "load" and op.operands[0] is p.value]
+    fills = {repr(op.attrs["fill"]) for op in loads}
+    if len(fills) != 1 or not t.dtype.is_float:
+        return f"{p.name}: loads with several fills or a non-float dtype"
+    shape = list(t.shape)
+    for op in loads:
+        for axis, ext in enumerate(op.attrs["shape"]):
+            if ext is not None:
+                shape[axis] = max(shape[axis], _round_up(t.shape[axis], ext))
+    if order:  # the fastest axis to 16 bytes
+        shape[order[-1]] = _round_up(shape[order[-1]], max(1, ALIGN_BYTES // t.dtype.itemsize))
+    strides = [0] * t.rank
+    step = 1
+    for a in reversed(order):
+        strides[a] = step
+        step *= shape[a]
+    return PaddedOperand(index, p.name, t, TensorType(t.dtype, tuple(shape), tuple(strides)),
+                         order, float(loads[0].attrs["fill"]), layout)
+
+
+def _major_order(t: TensorType) -> tuple[int, ...]:
+    return tuple(sorted(range(t.rank), key=lambda a: (-abs(t.strides[a]), a)))
+
+
+def _collect(fn: Function, wanted: dict[int, tuple[tuple[int, ...], str]]
+             ) -> tuple[list[PaddedOperand], list[str]]:
     stored = UseInfo.of(fn).stored_params
     out: list[PaddedOperand] = []
     refused: list[str] = []
-    for index, p in enumerate(fn.params):
-        t = p.type
-        if p.value not in feeds or rows_aligned(t):
-            continue
-        if p.value in stored:
-            refused.append(f"{p.name}: the kernel stores to it (a copy would not see its own "
-                           f"writes)")
-            continue
-        loads = [op for op in fn.walk() if op.name == "load" and op.operands[0] is p.value]
-        fills = {repr(op.attrs["fill"]) for op in loads}
-        if len(fills) != 1 or not t.dtype.is_float:
-            refused.append(f"{p.name}: loads with several fills or a non-float dtype")
-            continue
-        fill = float(loads[0].attrs["fill"])
-        shape = list(t.shape)
-        for op in loads:
-            for axis, ext in enumerate(op.attrs["shape"]):
-                if ext is not None:
-                    shape[axis] = max(shape[axis], _round_up(t.shape[axis], ext))
-        # Keep the original's major order; round the fastest axis to 16 bytes.
-        order = tuple(sorted(range(t.rank), key=lambda a: (-abs(t.strides[a]), a)))
-        if order:
-            per_vector = max(1, ALIGN_BYTES // t.dtype.itemsize)
-            shape[order[-1]] = _round_up(shape[order[-1]], per_vector)
-        strides = [0] * t.rank
-        step = 1
-        for a in reversed(order):
-            strides[a] = step
-            step *= shape[a]
-        out.append(PaddedOperand(index, p.name, t, TensorType(t.dtype, tuple(shape),
-                                                              tuple(strides)), order, fill))
+    for index, (order, layout) in sorted(wanted.items()):
+        got = _copy_of(fn, index, order, layout, stored)
+        (refused if isinstance(got, str) else out).append(got)  # type: ignore[arg-type]
     return out, refused
+
+
+def paddable_operands(fn: Function) -> tuple[list[PaddedOperand], list[str]]:
+    """The misaligned `mma` operands a padded copy may serve, and why others may not."""
+    feeds = _mma_loads(fn)
+    return _collect(fn, {i: (_major_order(p.type), PADDED) for i, p in enumerate(fn.params)
+                         if p.value in feeds and not rows_aligned(p.type)})
+
+
+def kmajor_operands(fn: Function) -> tuple[list[PaddedOperand], list[str]]:
+    """The f32 `mma` operands whose k axis is not contiguous that a K-major copy may serve
+    (tf32 plans only; `CudaPlan.kmajor_copy`), and why others may not."""
+    ks = kstrided_params(fn)
+    wanted = {}
+    for i, p in enumerate(fn.params):
+        if p.value in ks:
+            k = ks[p.value]
+            rest = tuple(a for a in _major_order(p.type) if a != k)
+            wanted[i] = ((*rest, k), KMAJOR)
+    return _collect(fn, wanted)
+
+
+def copied_operands(fn: Function, plan: object) -> list[PaddedOperand]:
+    """The params a plan reads through copies (a K-major copy, which also pads, wins over a
+    padded copy of the same tensor), in parameter order."""
+    out: dict[int, PaddedOperand] = {}
+    if getattr(plan, "pad_misaligned", False):
+        out.update((o.index, o) for o in paddable_operands(fn)[0])
+    if getattr(plan, "kmajor_copy", False) and getattr(plan, "allow_tf32", False):
+        out.update((o.index, o) for o in kmajor_operands(fn)[0])
+    return [out[i] for i in sorted(out)]
 
 
 # ------------------------------------------------------------------------- copy kernel

@@ -34,6 +34,8 @@ class CudaPlan:
     #                                  no stored tensor is loaded (launch checks overlap)
     pad_misaligned: bool = False     # copy misaligned, never-stored `mma` operands into
     #                                  aligned padded buffers before the kernel (padding.py)
+    kmajor_copy: bool = False        # tf32 only: copy never-stored f32 `mma` operands whose
+    #                                  k axis is not contiguous into padded K-major buffers
     allow_tf32: bool = False         # numerical policy: f32 `mma` with tf32 inputs
     allow_fma: bool = False          # numerical policy: contract multiply-adds into FMA
 
@@ -87,6 +89,17 @@ def validate(plan: CudaPlan, fn: Function, smem_per_block: int | None = None) ->
                 "no `mma` operand is loaded from a tensor with misaligned rows "
                 f"(misaligned: {misaligned_operands(fn) or 'none'})")
             raise _fail("pad_misaligned", f"nothing to pad: {why}")
+    if plan.kmajor_copy:
+        from tilenest.backends.cuda.padding import kmajor_operands
+
+        if not plan.allow_tf32:
+            raise _fail("kmajor_copy", "K-major copies serve tf32 `mma` (wgmma reads 32-bit "
+                                       "operands K-major only); the plan does not allow tf32")
+        usable, refused = kmajor_operands(fn)
+        if not usable:
+            why = "; ".join(refused) if refused else (
+                "no f32 `mma` operand is loaded along a k axis that is not contiguous")
+            raise _fail("kmajor_copy", f"nothing to copy: {why}")
     for op in root_parallels(fn):
         rank = len(op.attrs["domain"])
         order = plan.root_axis_order

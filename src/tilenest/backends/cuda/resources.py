@@ -9,6 +9,7 @@ from tilenest.ir.core import Function, Op, Region
 from tilenest.ir.types import Dim, TensorType, TileType
 
 MISALIGNED = "~misaligned"  # dot-flop key suffix: an operand is read from misaligned rows
+KSTRIDED = "~kstrided"      # tf32 dot-flop key suffix: an operand's k axis is not contiguous
 
 
 def next_pow2(n: int) -> int:
@@ -112,10 +113,12 @@ def _count_ops(ops: list[Op], mult: float, work: Work, layout: BlockLayout) -> N
             flops = 2.0 * _elements(tuple(extents.values()))
             key = a.dtype.name if not (a.dtype.name == "f32" and getattr(layout, "tf32", False)) \
                 else "tf32"
-            slow = getattr(layout, "misaligned", set())
-            if any(getattr(v.owner, "name", None) == "load" and v.owner.operands[0] in slow
-                   for v in op.operands[:2]):
+            read = {v.owner.operands[0] for v in op.operands[:2]  # type: ignore[union-attr]
+                    if getattr(v.owner, "name", None) == "load"}
+            if read & getattr(layout, "misaligned", set()):
                 key += MISALIGNED
+            if key.startswith("tf32") and read & getattr(layout, "kstrided", set()):
+                key += KSTRIDED
             work.dot_flops[key] = work.dot_flops.get(key, 0.0) + mult * flops
         for r in op.regions:
             inner = mult * (_trips(op) if op.name in ("serial", "pipeline", "reduce",
@@ -150,12 +153,19 @@ def phase_work(fn: Function, plan: object) -> list[tuple[Op, Work]]:
     """`count_work` per root `parallel` (the phases the planner prices)."""
     layout = BlockLayout(fn, getattr(plan, "min_dot_extent", 16))
     layout.tf32 = getattr(plan, "allow_tf32", False)  # type: ignore[attr-defined]
-    from tilenest.backends.cuda.padding import paddable_operands, rows_aligned
+    from tilenest.backends.cuda.padding import (
+        KMAJOR,
+        copied_operands,
+        kstrided_params,
+        rows_aligned,
+    )
 
-    padded = {o.name for o in paddable_operands(fn)[0]} if getattr(
-        plan, "pad_misaligned", False) else set()
+    copies = copied_operands(fn, plan)
+    copied = {o.name for o in copies}
+    kmajor = {fn.params[o.index].value for o in copies if o.layout == KMAJOR}
     layout.misaligned = {p.value for p in fn.params  # type: ignore[attr-defined]
-                         if not rows_aligned(p.type) and p.name not in padded}
+                         if not rows_aligned(p.type) and p.name not in copied}
+    layout.kstrided = set(kstrided_params(fn)) - kmajor  # type: ignore[attr-defined]
     out = []
     for op in fn.body.ops:
         if op.name == "parallel":

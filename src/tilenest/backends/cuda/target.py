@@ -17,7 +17,14 @@ from typing import Any
 from tilenest.analysis.resources import ExecutionResources, ResourceLimits
 from tilenest.analysis.work import ExecutionWork
 from tilenest.backends.cuda.cost import H200_RATES, GpuCostPolicy
-from tilenest.backends.cuda.padding import misaligned_operands, paddable_operands
+from tilenest.backends.cuda.padding import (
+    KMAJOR,
+    PADDED,
+    copied_operands,
+    kmajor_operands,
+    misaligned_operands,
+    paddable_operands,
+)
 from tilenest.backends.cuda.plan import (
     GROUP_SIZES,
     WARPS,
@@ -207,8 +214,10 @@ def _has_loop_loads(fn: Function) -> bool:
 
 class CudaTargetInfo:
     """The GPU as the planner sees it for one function: the common space (root-axis orders
-    x grouped traversals) expanded by warps, pipeline stages and the layout of misaligned
-    `mma` operands; admission by plan validation, shared memory and a register proxy."""
+    x grouped traversals) expanded by warps, pipeline stages and the layouts of `mma`
+    operands (padded copies of misaligned ones; under tf32, K-major copies of those whose k
+    axis is not contiguous); admission by plan validation, shared memory and a register
+    proxy."""
 
     def __init__(self, fn: Function, gpu: GpuInfo, constraints: Constraints | None = None,
                  *, allow_tf32: bool = False, allow_fma: bool = False) -> None:
@@ -218,6 +227,8 @@ class CudaTargetInfo:
         self.default = default_plan(fn)
         self.paddable, self.refused = paddable_operands(fn)
         self.misaligned = misaligned_operands(fn)
+        # K-major copies serve tf32 `mma` only (under IEEE f32 there is no wgmma to feed).
+        self.kmajor = kmajor_operands(fn)[0] if allow_tf32 else []
         self._work: dict[tuple, list] = {}
 
     def target(self) -> TargetFacts:
@@ -272,30 +283,48 @@ class CudaTargetInfo:
             stages = [d.num_stages] + [s for s in (1, 2, 3, 4) if s != d.num_stages]
         else:
             stages = [1]
-        if cons.has("pad_misaligned"):
-            pads = [bool(cons.get("pad_misaligned"))]
-        else:
-            pads = [False, True] if self.paddable else [False]
-        for pad in pads:
-            padded = {o.name for o in self.paddable} if pad else set()
-            layouts = tuple((n, "padded-copy" if n in padded else "original")
-                            for n in self.misaligned)
+        for layouts in self._layouts():
             for w in warps:
                 for st in stages:
                     yield replace(base, binding=replace(base.binding, warps=w),
                                   schedule=Schedule(stages=st),
                                   resources=Resources(operand_layouts=layouts))
 
+    def _layouts(self) -> Iterator[tuple[tuple[str, str], ...]]:
+        """Operand layouts: padded copies (on/off) x K-major copies (on/off), per operand
+        with a choice, in parameter order; combinations where one choice covers the other
+        (every paddable operand is K-major copied) appear once."""
+        cons = self.constraints
+        if cons.has("pad_misaligned"):
+            pads = [bool(cons.get("pad_misaligned"))]
+        else:
+            pads = [False, True] if self.paddable else [False]
+        if cons.has("kmajor_copy"):
+            kms = [bool(cons.get("kmajor_copy"))]
+        else:
+            kms = [False, True] if self.kmajor else [False]
+        kmajor = {o.name for o in self.kmajor}
+        names = [p.name for p in self.fn.params if p.name in kmajor
+                 or p.name in self.misaligned]
+        for km in kms:
+            for pad in pads:
+                padded = {o.name for o in self.paddable} if pad else set()
+                if km and pad and padded <= kmajor and not cons.has("pad_misaligned"):
+                    continue
+                yield tuple((n, KMAJOR if km and n in kmajor else PADDED if n in padded
+                             else "original") for n in names)
+
     def realize(self, candidate: Candidate) -> CudaPlan:
         b = candidate.binding
         canonical = tuple(range(len(b.root_axis_order)))
         fields_: dict[str, Any] = dict(self.constraints.items())
         fields_.pop("program_traversal", None)
-        pad = any(how == "padded-copy" for _, how in candidate.resources.operand_layouts)
+        hows = {how for _, how in candidate.resources.operand_layouts}
         searched = {"root_axis_order": None if b.root_axis_order == canonical
                     else b.root_axis_order, "group_rows": b.traversal[0],
                     "group_columns": b.traversal[1], "num_warps": b.warps or 4,
-                    "num_stages": candidate.schedule.stages or 1, "pad_misaligned": pad}
+                    "num_stages": candidate.schedule.stages or 1,
+                    "pad_misaligned": PADDED in hows, "kmajor_copy": KMAJOR in hows}
         for name, value in searched.items():
             fields_.setdefault(name, value)
         return CudaPlan(**fields_).with_(allow_tf32=self.allow_tf32, allow_fma=self.allow_fma)
@@ -334,11 +363,11 @@ class CudaTargetInfo:
 
     def schedule(self, candidate: Candidate, work: ExecutionWork) -> tuple[dict, ...]:
         p = self.realize(candidate)
-        key = (p.num_warps, p.num_stages, p.pad_misaligned)
+        key = (p.num_warps, p.num_stages, p.pad_misaligned, p.kmajor_copy)
         if key not in self._work:
             self._work[key] = [resident_programs(self.fn, p, self.gpu),
-                               phase_work(self.fn, p)]
-        res, phases = self._work[key]
+                               phase_work(self.fn, p), copied_operands(self.fn, p)]
+        res, phases, copied = self._work[key]
         slots = res["resident_per_sm"] * self.gpu.sms
         out: list[dict] = []
         for i, (op, w) in enumerate(phases):
@@ -355,9 +384,10 @@ class CudaTargetInfo:
                      **res}
             for kind, flops in w.dot_flops.items():
                 entry[f"flops_{kind}"] = flops
-            if i == 0 and p.pad_misaligned:
-                entry["copy_bytes"] = sum(o.copy_bytes for o in self.paddable)
-                entry["copies"] = float(len(self.paddable))
+            copies = copied if i == 0 else []
+            if copies:
+                entry["copy_bytes"] = sum(o.copy_bytes for o in copies)
+                entry["copies"] = float(len(copies))
             out.append(entry)
         return tuple(out)
 
