@@ -77,6 +77,8 @@ def gemm_case(dtype: str, M: int, N: int, K: int, tf32: bool, log: list[str]) ->
                (128, 128, 64, 4, 4), (128, 128, 32, 8, 4)]
     if dtype == "f32":
         configs = [(128, 128, 32, 8, 3), (64, 128, 32, 4, 3), (128, 64, 32, 4, 4)]
+        if tf32:
+            configs += [(128, 128, 64, 8, 3), (128, 256, 32, 8, 3), (256, 128, 32, 8, 3)]
     # The planner's own choice (warps, stages, traversal, padded copies of misaligned
     # operands, K-major copies of tf32 operands) per tile size, then the fixed-plan sweep
     # (original strides) as controls.
