@@ -131,6 +131,11 @@ class Function:
     def walk(self) -> Iterator[Op]:
         return self.body.walk()
 
+    def __str__(self) -> str:
+        from tilenest.ir.printer import print_function
+
+        return print_function(self)
+
     def param(self, name: str) -> Param:
         for p in self.params:
             if p.name == name:
