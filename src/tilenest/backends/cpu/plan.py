@@ -104,3 +104,18 @@ def default_plan(fn: Function, packet_width: int, workers: int) -> CpuPlan:
         programs = max(programs, n)
     block = max(1, programs // max(1, 4 * workers))
     return CpuPlan(block_size=block, local_lanes=packet_width)
+
+
+def default_partitions(fn: Function) -> int:
+    """The rule for `reduction_partitions` until the cost model prices it: long closed
+    reductions use 16 partial accumulators (a full vector on AVX-512, two on AVX2: measured
+    1.3x faster for softmax rows of 4096), short ones the default 4."""
+    for op in fn.walk():
+        if op.name != "reduce" or op.attrs.get("order") != "unordered_tree":
+            continue
+        n = 1
+        for _, e in op.attrs["domain"]:
+            n *= e
+        if n >= 256:
+            return 16
+    return 4

@@ -27,7 +27,7 @@ from tilenest.analysis.resources import (
 from tilenest.analysis.uses import UseInfo
 from tilenest.analysis.work import ExecutionWork
 from tilenest.backends.cpu.jit import host_info
-from tilenest.backends.cpu.plan import CpuPlan, validate
+from tilenest.backends.cpu.plan import CpuPlan, default_partitions, validate
 from tilenest.backends.registry import Executable
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
@@ -157,8 +157,10 @@ class CpuTargetInfo:
 
     def __init__(self, width: int, workers: int, vector_bits: int,
                  constraints: Constraints | None = None, *, fma_requested: bool = False,
-                 allow_fma: bool = False, budget: int | None = None) -> None:
+                 allow_fma: bool = False, budget: int | None = None,
+                 partitions: int = 4) -> None:
         self.width, self.workers, self.vector_bits = width, workers, vector_bits
+        self.partitions = partitions
         self.constraints = constraints or Constraints()
         self.fma_requested, self.allow_fma = fma_requested, allow_fma
         self.budget = snapshot_budget() if budget is None else budget
@@ -217,6 +219,7 @@ class CpuTargetInfo:
                     "program_traversal": b.traversal}
         for name, value in searched.items():
             fields_.setdefault(name, value)
+        fields_.setdefault("reduction_partitions", self.partitions)
         return CpuPlan(**fields_).with_(allow_fma=self.allow_fma)
 
     def accepts(self, fn: Function, candidate: Candidate) -> None:
@@ -327,7 +330,7 @@ def plan_cpu(fn: Function, options: dict[str, Any]):  # -> (PlanningResult, CpuT
     cons, fma = _constraints(options, width)
     workers = cons.get("num_threads") or env_num_threads()
     info = CpuTargetInfo(width, workers, host_info().vector_bits, cons, fma_requested=fma,
-                         allow_fma=policy.allow_fma)
+                         allow_fma=policy.allow_fma, partitions=default_partitions(fn))
     opts = PlannerOptions(constraints=cons, cost_policy=options.get("cost_policy"),
                           budget=options.get("plan_budget", DEFAULT_BUDGET))
     return plan(fn, info, opts), info
