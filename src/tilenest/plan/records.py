@@ -40,6 +40,8 @@ class DistributionKind(StrEnum):
     PACKET_LOCAL = "packet-local"          # one program per packet, vectorized within tiles
     PROGRAM_PER_LANE = "program-per-lane"  # one whole program per vector lane
     ELEMENT_GRID = "element-grid"          # one tile element per participant (GPU)
+    FLAT_ELEMENT_GRID = "flat-element-grid"  # program x element flattened into one grid of
+    #                                          blocks of `Binding.block_size` elements (GPU)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tilenest.analysis.uses import UseInfo
+from tilenest.backends.cuda.element_grid import emit_kernel as emit_element_grid
 from tilenest.backends.cuda.emitter import Emitter, Facts, Idx
 from tilenest.backends.cuda.padding import copied_operands
 from tilenest.backends.cuda.plan import CudaPlan
@@ -154,14 +155,20 @@ def _signature(fn: Function, params: dict) -> str:
 def _kernel(fn: Function, name: str, facts: Facts, errors: list[str],
             parallel: Op | None, ops: list[Op]) -> tuple[list[str], Phase]:
     params = {p.value: f"A_{p.name}" for p in fn.params}
+    plan = facts.plan
+    assert isinstance(plan, CudaPlan)
+    if parallel is not None and plan.element_grid and facts.assume_no_alias:
+        # Element lanes of one logical program may run in different Triton programs: only
+        # the fast build (arguments proved disjoint at every call) flattens the grid.
+        lines, programs, status = emit_element_grid(fn, name, facts, errors, parallel,
+                                                    params, plan.element_grid)
+        return lines, Phase(name, programs, status)
     em = Emitter(fn, facts, params, errors)
     for op in fn.body.ops:
         if _is_pure_root(op) and all(v in em.env or v.owner is None for v in op.operands):
             lower_op(em, op)
     programs = 1
     if parallel is not None:
-        plan = facts.plan
-        assert isinstance(plan, CudaPlan)
         domain = parallel.attrs["domain"]
         extents = [e for _, e in domain]
         for e in extents:

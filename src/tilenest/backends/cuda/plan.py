@@ -38,6 +38,9 @@ class CudaPlan:
     #                                  k axis is not contiguous into padded K-major buffers
     allow_tf32: bool = False         # numerical policy: f32 `mma` with tf32 inputs
     allow_fma: bool = False          # numerical policy: contract multiply-adds into FMA
+    element_grid: int = 0            # pointwise kernels: 0 = one Triton program per logical
+    #                                  program; else program x element flattened into Triton
+    #                                  programs of this many elements (element_grid.py)
 
     def with_(self, **changes: Any) -> CudaPlan:
         return replace(self, **changes)
@@ -100,6 +103,8 @@ def validate(plan: CudaPlan, fn: Function, smem_per_block: int | None = None) ->
             why = "; ".join(refused) if refused else (
                 "no f32 `mma` operand is loaded along a k axis that is not contiguous")
             raise _fail("kmajor_copy", f"nothing to copy: {why}")
+    if plan.element_grid:
+        _validate_element_grid(plan, fn)
     for op in root_parallels(fn):
         rank = len(op.attrs["domain"])
         order = plan.root_axis_order
@@ -117,6 +122,23 @@ def validate(plan: CudaPlan, fn: Function, smem_per_block: int | None = None) ->
             raise _fail("num_stages", f"{plan.num_stages} stages of the pipelined loads need "
                                       f"~{need} bytes of shared memory per program; the "
                                       f"target allows {smem_per_block}")
+
+
+def _validate_element_grid(plan: CudaPlan, fn: Function) -> None:
+    from tilenest.backends.cuda.element_grid import refusal
+
+    n = plan.element_grid
+    if not _is_pow2(n) or not 32 <= n <= 16384:
+        raise _fail("element_grid", f"must be 0 or a power of two in 32..16384, got {n}")
+    why = refusal(fn)
+    if why is not None:
+        raise _fail("element_grid", f"the kernel does not qualify for an element grid: {why}")
+    rank = min((len(op.attrs["domain"]) for op in root_parallels(fn)), default=0)
+    order = plan.root_axis_order
+    if (order is not None and list(order) != list(range(rank))) or plan.group_rows > 1 \
+            or plan.group_columns > 1:
+        raise _fail("element_grid", "the flattened grid enumerates programs row-major; it "
+                                    "has no root-axis order or grouped traversal")
 
 
 def _largest_tile(fn: Function) -> int:
@@ -164,3 +186,8 @@ def candidates(fn: Function, smem_per_block: int | None = None) -> Iterator[Cuda
         except BackendError:
             continue
         yield plan
+    from tilenest.backends.cuda.element_grid import BLOCKS, refusal
+
+    if refusal(fn) is None:
+        for block, warps in itertools.product(BLOCKS, WARPS[1:4]):
+            yield CudaPlan(num_warps=warps, element_grid=block)

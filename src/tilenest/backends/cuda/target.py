@@ -17,6 +17,8 @@ from typing import Any
 from tilenest.analysis.resources import ExecutionResources, ResourceLimits
 from tilenest.analysis.work import ExecutionWork
 from tilenest.backends.cuda.cost import H200_RATES, GpuCostPolicy
+from tilenest.backends.cuda.element_grid import BLOCKS as ELEMENT_BLOCKS
+from tilenest.backends.cuda.element_grid import flat_programs, refusal
 from tilenest.backends.cuda.padding import (
     KMAJOR,
     PADDED,
@@ -132,7 +134,8 @@ def resident_programs(fn: Function, plan: CudaPlan, info: GpuInfo) -> dict[str, 
     # Register demand proxy: the largest block (the accumulator) spread over the threads
     # with 25% headroom for operands, plus 32 registers of addresses and indices (a
     # pressure proxy, not an allocation; Triton allocates registers itself).
-    regs_per_thread = min(MAX_REGS, registers_proxy(work.max_tile_elements, threads))
+    tile = plan.element_grid or work.max_tile_elements
+    regs_per_thread = min(MAX_REGS, registers_proxy(tile, threads))
     by_smem = info.smem_per_sm // smem if smem > 1 else info.max_blocks_per_sm
     by_threads = info.max_threads_per_sm // threads
     by_regs = info.regs_per_sm // (regs_per_thread * threads)
@@ -147,6 +150,8 @@ def estimate(fn: Function, plan: CudaPlan, info: GpuInfo | None = None) -> dict[
     matrix rate, and their roofline combination (seconds; relative until calibrated)."""
     info = info or device_info()
     work = count_work(fn, plan)
+    if plan.element_grid:
+        work.programs = [flat_programs(fn, plan.element_grid)]
     res = resident_programs(fn, plan, info)
     slots = res["resident_per_sm"] * info.sms
     programs = sum(work.programs) or 1
@@ -229,6 +234,8 @@ class CudaTargetInfo:
         self.misaligned = misaligned_operands(fn)
         # K-major copies serve tf32 `mma` only (under IEEE f32 there is no wgmma to feed).
         self.kmajor = kmajor_operands(fn)[0] if allow_tf32 else []
+        # Pointwise kernels may flatten program x element into one grid (element_grid.py).
+        self.element_refusal = refusal(fn)
         self._work: dict[tuple, list] = {}
 
     def target(self) -> TargetFacts:
@@ -241,13 +248,25 @@ class CudaTargetInfo:
     def distributions(self, fn: Function) -> tuple[Distribution, ...]:
         # A tile's elements spread over the program's threads; packing several logical
         # programs into one Triton program (programs_per_block > 1) has no emitter yet.
-        return (Distribution(DistributionKind.ELEMENT_GRID, 1),)
+        # Qualifying pointwise kernels add the flattened program x element grid (a fixed
+        # element_grid is offered even when it does not qualify, so its rejection names it).
+        base = Distribution(DistributionKind.ELEMENT_GRID, 1)
+        flat = Distribution(DistributionKind.FLAT_ELEMENT_GRID, 1)
+        cons = self.constraints
+        if cons.has("element_grid"):
+            return (flat,) if cons.get("element_grid") else (base,)
+        return (base, flat) if self.element_refusal is None else (base,)
 
     def distribution_for(self, local_lanes: int) -> Distribution:
         return Distribution(DistributionKind.ELEMENT_GRID, 1)
 
     def block_sizes(self, distribution: Distribution) -> tuple[int, ...]:
-        return (1,)
+        """Elements per Triton program of the flat grid; 1 (one logical program) otherwise."""
+        if distribution.kind is not DistributionKind.FLAT_ELEMENT_GRID:
+            return (1,)
+        if self.constraints.has("element_grid"):
+            return (int(self.constraints.get("element_grid")),)
+        return ELEMENT_BLOCKS
 
     def supports_task_grain(self) -> bool:
         return False
@@ -275,6 +294,11 @@ class CudaTargetInfo:
         them)."""
         cons = self.constraints
         d = self.default
+        if base.distribution.kind is DistributionKind.FLAT_ELEMENT_GRID and (
+                list(base.binding.root_axis_order) != list(range(len(base.binding.root_axis_order)))
+                or base.binding.traversal != ROW_MAJOR) and not cons.has("root_axis_order") \
+                and not cons.has("program_traversal"):
+            return  # the flat grid enumerates programs row-major: one point, not per order
         warps = [cons.get("num_warps")] if cons.has("num_warps") else \
             [d.num_warps] + [w for w in WARPS[1:4] if w != d.num_warps]
         if cons.has("num_stages"):
@@ -324,7 +348,9 @@ class CudaTargetInfo:
                     else b.root_axis_order, "group_rows": b.traversal[0],
                     "group_columns": b.traversal[1], "num_warps": b.warps or 4,
                     "num_stages": candidate.schedule.stages or 1,
-                    "pad_misaligned": PADDED in hows, "kmajor_copy": KMAJOR in hows}
+                    "pad_misaligned": PADDED in hows, "kmajor_copy": KMAJOR in hows,
+                    "element_grid": b.block_size if candidate.distribution.kind
+                    is DistributionKind.FLAT_ELEMENT_GRID else 0}
         for name, value in searched.items():
             fields_.setdefault(name, value)
         return CudaPlan(**fields_).with_(allow_tf32=self.allow_tf32, allow_fma=self.allow_fma)
@@ -349,7 +375,7 @@ class CudaTargetInfo:
                             f"shared memory per program; {self.gpu.name} allows "
                             f"{self.gpu.smem_per_block} B per block")
         threads = 32 * p.num_warps
-        regs = registers_proxy(count_work(fn, p).max_tile_elements, threads)
+        regs = registers_proxy(p.element_grid or count_work(fn, p).max_tile_elements, threads)
         if regs > MAX_REGS:
             raise Admission(RejectionCategory.RESOURCE, "num_warps",
                             f"{p.num_warps} warps hold the largest block in ~{regs} registers "
@@ -363,7 +389,7 @@ class CudaTargetInfo:
 
     def schedule(self, candidate: Candidate, work: ExecutionWork) -> tuple[dict, ...]:
         p = self.realize(candidate)
-        key = (p.num_warps, p.num_stages, p.pad_misaligned, p.kmajor_copy)
+        key = (p.num_warps, p.num_stages, p.pad_misaligned, p.kmajor_copy, p.element_grid)
         if key not in self._work:
             self._work[key] = [resident_programs(self.fn, p, self.gpu),
                                phase_work(self.fn, p), copied_operands(self.fn, p)]
@@ -372,6 +398,13 @@ class CudaTargetInfo:
         out: list[dict] = []
         for i, (op, w) in enumerate(phases):
             programs = w.programs[0] or 1
+            trips = float(loop_trips(op))
+            if self.element_refusal is None:
+                # A loop-free pointwise program exposes its loads' latency once per wave, in
+                # either realization; the flat grid runs fewer, fuller programs.
+                trips = max(trips, 1.0)
+                if p.element_grid:
+                    programs = max(1, flat_programs(self.fn, p.element_grid))
             # Waves of resident programs expose load latency; SM balance (one busy program
             # saturates an SM's matrix or memory pipes) sets the tail.
             waves = math.ceil(programs / slots)
@@ -380,7 +413,7 @@ class CudaTargetInfo:
                      "wave_efficiency": programs / (rounds * self.gpu.sms),
                      "bytes": w.bytes_moved,
                      "dram_fraction": self._dram_fraction(op, p, int(slots)),
-                     "loop_trips": float(loop_trips(op)), "stages": float(p.num_stages),
+                     "loop_trips": trips, "stages": float(p.num_stages),
                      **res}
             for kind, flops in w.dot_flops.items():
                 entry[f"flops_{kind}"] = flops
