@@ -7,11 +7,11 @@ import functools
 import inspect
 import linecache
 import os
-import sys
 import textwrap
 from collections.abc import Callable
 from typing import Any
 
+from tilenest.config import dump
 from tilenest.errors import ArgumentError, CaptureError, TileError
 from tilenest.ir.core import Function, Param, Region, SourceLoc, Value
 from tilenest.lang.context import capturing
@@ -166,7 +166,7 @@ class Kernel:
         from tilenest.ir.verify import verify
 
         verify(fn)
-        _dump("ir", fn)
+        dump("ir", fn.name, "tir", lambda: str(fn))
         return fn
 
     def specialize(self, args: tuple, kwargs: dict[str, Any]) -> tuple[dict, tuple, Function]:
@@ -278,21 +278,3 @@ def interpret(kern: Kernel, *args: Any, precision: str = "native", order: str = 
                      check_races=check_races)
     except TileError as e:
         raise _trimmed(e) from None
-
-
-def _dump(stage: str, fn: Function) -> None:
-    from tilenest.config import config
-
-    cfg = config()
-    if stage not in cfg.dump:
-        return
-    from tilenest.ir.printer import print_function
-
-    text = print_function(fn)
-    if cfg.dump_dir:
-        os.makedirs(cfg.dump_dir, exist_ok=True)
-        with open(os.path.join(cfg.dump_dir, f"{fn.name}.{stage}.tir"), "w") as f:
-            f.write(text)
-    else:
-        print(text, file=sys.stderr)
-

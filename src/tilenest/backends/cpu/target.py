@@ -29,6 +29,7 @@ from tilenest.analysis.work import ExecutionWork
 from tilenest.backends.cpu.jit import host_info
 from tilenest.backends.cpu.plan import CpuPlan, default_partitions, validate
 from tilenest.backends.registry import Executable
+from tilenest.config import dump
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
 from tilenest.numerics import as_policy
@@ -352,28 +353,9 @@ def prepare(fn: Function, options: dict[str, Any]) -> Executable:
         f"{info.width} x f32, {info.workers} threads)\nplan: {chosen.describe()}\n"
         f"phases: " + ", ".join(f"{p.name} ({p.programs} programs, {p.lanes} per packet)"
                                  for p in exe.fast.lowered.phases) + "\n" + render(result))
-    _dump(fn.name, exe, explanation)
+    dump("plan", fn.name, "txt", explanation)
+    dump("llvm", fn.name, "ll", exe.fast.lowered.llvm_ir)
+    dump("llvm-opt", fn.name, "ll", lambda: exe.fast.compiled.llvm_ir)
     return Executable("cpu", fn, exe.run, plan=chosen, source=exe.fast.lowered.llvm_ir,
                       explanation=explanation,
                       extras={"executable": exe, "planning": result})
-
-
-def _dump(name: str, exe: Any, explanation: str) -> None:
-    import os
-    import sys
-
-    from tilenest.config import config
-
-    cfg = config()
-    artifacts = {"plan": (explanation, "txt"),
-                 "llvm": (exe.fast.lowered.llvm_ir, "ll"),
-                 "llvm-opt": (exe.fast.compiled.llvm_ir, "ll")}
-    for stage, (text, ext) in artifacts.items():
-        if stage not in cfg.dump:
-            continue
-        if cfg.dump_dir:
-            os.makedirs(cfg.dump_dir, exist_ok=True)
-            with open(os.path.join(cfg.dump_dir, f"{name}.{stage}.{ext}"), "w") as f:
-                f.write(text)
-        else:
-            print(text, file=sys.stderr)

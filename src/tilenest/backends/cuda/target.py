@@ -42,6 +42,7 @@ from tilenest.backends.cuda.resources import (
     pipelined_smem_bytes,
 )
 from tilenest.backends.registry import Executable
+from tilenest.config import dump
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
 from tilenest.numerics import as_policy
@@ -513,12 +514,12 @@ def prepare(fn: Function, options: dict[str, Any]) -> Executable:
     result, info = plan_cuda(fn, options)
     chosen: CudaPlan = require_selection(result, fn.name).plan
     exe = CudaExecutable(fn, chosen, interpret)
-    _dump(fn.name, exe.fast.lowered.source)
+    dump("triton", fn.name, "py", exe.fast.lowered.source)
     policy = as_policy(options.get("policy"))
     explanation = (f"numerical policy: {policy.describe()}\n"
                    + explain(fn, chosen, info.gpu, exe.fast.lowered.phases) + "\n"
                    + render(result))
-    _dump_plan(fn.name, explanation)
+    dump("plan", fn.name, "txt", explanation)
     run = exe.run
     if missing is not None:
         def run(args: dict[str, Any], why: str = missing) -> None:
@@ -527,35 +528,3 @@ def prepare(fn: Function, options: dict[str, Any]) -> Executable:
                       explanation=explanation, extras={"executable": exe,
                                                        "path": exe.fast.path,
                                                        "planning": result})
-
-
-def _dump_plan(name: str, explanation: str) -> None:
-    import sys
-
-    from tilenest.config import config
-
-    cfg = config()
-    if "plan" not in cfg.dump:
-        return
-    if cfg.dump_dir:
-        os.makedirs(cfg.dump_dir, exist_ok=True)
-        with open(os.path.join(cfg.dump_dir, f"{name}.plan.txt"), "w") as f:
-            f.write(explanation)
-    else:
-        print(explanation, file=sys.stderr)
-
-
-def _dump(name: str, source: str) -> None:
-    import sys
-
-    from tilenest.config import config
-
-    cfg = config()
-    if "triton" not in cfg.dump:
-        return
-    if cfg.dump_dir:
-        os.makedirs(cfg.dump_dir, exist_ok=True)
-        with open(os.path.join(cfg.dump_dir, f"{name}.triton.py"), "w") as f:
-            f.write(source)
-    else:
-        print(source, file=sys.stderr)
