@@ -2,37 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from tilenest.backends.rule_table import RuleTable
 
-from tilenest.backends.cpu.emitter import Emitter
-from tilenest.errors import BackendError
-from tilenest.ir.core import Op
-
-Rule = Callable[[Emitter, Op], None]
-LOWERINGS: dict[str, Rule] = {}
-
-
-def lowering(*names: str) -> Callable[[Rule], Rule]:
-    def deco(fn: Rule) -> Rule:
-        for n in names:
-            LOWERINGS[n] = fn
-        return fn
-
-    return deco
-
-
-def lower_op(em: Emitter, op: Op) -> None:
-    rule = LOWERINGS.get(op.name)
-    if rule is None:
-        raise BackendError(f"the cpu backend has no lowering for '{op.name}'", loc=op.loc)
-    rule(em, op)
-
-
-def lower_ops(em: Emitter, ops: list[Op]) -> None:
-    for op in ops:
-        if op.name == "yield":
-            continue
-        lower_op(em, op)
+TABLE = RuleTable("cpu", skipped=("yield",))
+lowering = TABLE.lowering
+lower_op = TABLE.lower_op
+lower_ops = TABLE.lower_ops
 
 
 def _load_rule_modules() -> None:
