@@ -49,3 +49,21 @@ def closed_states(op: Op) -> dict[int, ClosedState]:
             continue
         closed[pos] = ClosedState(pos, user, operand)
     return closed
+
+
+def axis_reduction(op: Op, closed: dict[int, ClosedState]) -> tuple[Op, ClosedState] | None:
+    """The shape `tn.sum(x, axis=d)` lowers to: one closed state over a one-axis domain,
+    a body that is `take(x, i)` and the combine of that slice into the state. Returns the
+    `take` and the state, or None for any other reduce."""
+    body = op.body
+    if len(op.attrs["domain"]) != 1 or len(op.operands) != 1 or 0 not in closed:
+        return None
+    ops = [o for o in body.ops if o.name != "yield"]
+    if len(ops) != 2 or ops[0].name != "take" or ops[1] is not closed[0].combine:
+        return None
+    take = ops[0]
+    if take.operands[1] is not body.args[0]:
+        return None
+    if closed[0].combine.operands[1 - closed[0].state_operand] is not take.result:
+        return None
+    return take, closed[0]

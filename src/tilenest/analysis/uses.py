@@ -46,3 +46,12 @@ class UseInfo:
             return None
         user = users[0]
         return user if user.parent is region_of(v) else None
+
+    def escaping_user(self, op: Op, region: Region) -> Op | None:
+        """A user of one of `op`'s results that sits outside `region` itself (for example
+        a root-level load consumed inside a parallel region), or None."""
+        for r in op.results:
+            for user in self.users(r):
+                if user.parent is not region:
+                    return user
+        return None

@@ -246,18 +246,15 @@ def emit_module(fn: Function, plan: CpuPlan, vector_bits: int, *,
             phases.append(_emit_parallel_phase(module, name, fn, op, plan, facts, errors,
                                                packet_width))
         elif not _is_pure_root(op):
-            _check_root_effect(fn, op)
+            _check_root_effect(facts.uses, fn, op)
             pending.append(op)
     flush()
     return EmittedModule(module, phases, errors, facts)
 
 
-def _check_root_effect(fn: Function, op: Op) -> None:
+def _check_root_effect(uses: UseInfo, fn: Function, op: Op) -> None:
     """Root effects run as a single program; their results cannot feed a later phase."""
-    uses = UseInfo.of(fn)
-    for r in op.results:
-        for user in uses.users(r):
-            if user.parent is not fn.body:
-                raise BackendError(
-                    f"the cpu backend cannot pass the result of a root-level '{op.name}' into "
-                    f"a parallel region; load it inside the region instead", loc=op.loc)
+    if uses.escaping_user(op, fn.body) is not None:
+        raise BackendError(
+            f"the cpu backend cannot pass the result of a root-level '{op.name}' into a "
+            f"parallel region; load it inside the region instead", loc=op.loc)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from tilenest.analysis.reductions import ClosedState, closed_states
+from tilenest.analysis.reductions import ClosedState, axis_reduction, closed_states
 from tilenest.backends.cpu import scalars as sc
 from tilenest.backends.cpu.carries import Carries, domain_loop
 from tilenest.backends.cpu.emitter import Emitter, c64
@@ -66,22 +66,6 @@ def _finish(em: Emitter, op: Op, state: ClosedState, init: Tile, merged: Arr | N
         em.for_each(out.shape, out.uniform, lambda c, lane: out.store(b, c, lane, _combine(
             b, state.combine.name, t.dtype, init.load(b, c, lane), merged.load(b, c, lane))))
     return out
-
-
-def _axis_reduction(op: Op, closed: dict[int, ClosedState]) -> tuple[Op, ClosedState] | None:
-    """The `tn.sum(x, axis=d)` shape: one state, body = take(x, i) then combine."""
-    body = op.body
-    if len(op.attrs["domain"]) != 1 or len(op.operands) != 1 or 0 not in closed:
-        return None
-    ops = [o for o in body.ops if o.name != "yield"]
-    if len(ops) != 2 or ops[0].name != "take" or ops[1] is not closed[0].combine:
-        return None
-    take = ops[0]
-    if take.operands[1] is not body.args[0]:
-        return None
-    if closed[0].combine.operands[1 - closed[0].state_operand] is not take.result:
-        return None
-    return take, closed[0]
 
 
 def _fast_axis(em: Emitter, op: Op, take: Op, state: ClosedState) -> bool:
@@ -219,7 +203,7 @@ def _reduce(em: Emitter, op: Op) -> None:
     if not closed:
         ordered_loop(em, op)
         return
-    fast = _axis_reduction(op, closed) if order == "unordered_tree" else None
+    fast = axis_reduction(op, closed) if order == "unordered_tree" else None
     if fast is not None and _fast_axis(em, op, *fast):
         return
     _partitioned(em, op, closed, order)

@@ -202,7 +202,8 @@ def lower_function(fn: Function, plan: CudaPlan, *, assume_no_alias: bool,
     layout = BlockLayout(fn, plan.min_dot_extent)
     # Copies are snapshots taken before the launch: only the fast build (disjoint
     # arguments, checked at every call) reads them; the safe build reads the originals.
-    facts = Facts(plan, layout, assume_no_alias, UseInfo.of(fn).loaded_params, interpret,
+    uses = UseInfo.of(fn)
+    facts = Facts(plan, layout, assume_no_alias, uses.loaded_params, interpret,
                   padded_types(fn, plan) if assume_no_alias else {})
     errors: list[str] = []
     kernels: list[list[str]] = []
@@ -222,7 +223,7 @@ def lower_function(fn: Function, plan: CudaPlan, *, assume_no_alias: bool,
                 pending.clear()
             add(op, [])
         elif not _is_pure_root(op):
-            _check_root_effect(fn, op)
+            _check_root_effect(uses, fn, op)
             pending.append(op)
     if pending:
         add(None, pending)
@@ -234,11 +235,9 @@ def lower_function(fn: Function, plan: CudaPlan, *, assume_no_alias: bool,
     return LoweredModule(text, phases, errors)
 
 
-def _check_root_effect(fn: Function, op: Op) -> None:
-    uses = UseInfo.of(fn)
-    for r in op.results:
-        for user in uses.users(r):
-            if user.parent is not fn.body:
-                raise BackendError(
-                    f"the cuda backend cannot pass the result of a root-level '{op.name}' into "
-                    f"a parallel region; load it inside the region instead", loc=op.loc)
+def _check_root_effect(uses: UseInfo, fn: Function, op: Op) -> None:
+    """Root effects run as a single program; their results cannot feed a later phase."""
+    if uses.escaping_user(op, fn.body) is not None:
+        raise BackendError(
+            f"the cuda backend cannot pass the result of a root-level '{op.name}' into a "
+            f"parallel region; load it inside the region instead", loc=op.loc)

@@ -16,7 +16,7 @@ blocks).
 
 from __future__ import annotations
 
-from tilenest.analysis.reductions import ClosedState, closed_states
+from tilenest.analysis.reductions import axis_reduction, closed_states
 from tilenest.backends.cuda.emitter import Block, Emitter
 from tilenest.backends.cuda.rules import lowering
 from tilenest.backends.cuda.rules_regions import carried_loop
@@ -39,22 +39,6 @@ def identity(name: str, dtype: DType) -> str:
     lo = -(2 ** (bits - 1)) if signed else 0
     hi = 2 ** (bits - 1) - 1 if signed else 2**bits - 1
     return {"add": "0", "mul": "1", "maximum": str(lo), "minimum": str(hi)}[name]
-
-
-def _axis_shape(op: Op, closed: dict[int, ClosedState]) -> tuple[Op, ClosedState] | None:
-    body = op.body
-    if len(op.attrs["domain"]) != 1 or len(op.operands) != 1 or 0 not in closed:
-        return None
-    ops = [o for o in body.ops if o.name != "yield"]
-    if len(ops) != 2 or ops[0].name != "take" or ops[1] is not closed[0].combine:
-        return None
-    take = ops[0]
-    if take.operands[1] is not body.args[0]:
-        return None
-    contribution = closed[0].combine.operands[1 - closed[0].state_operand]
-    if contribution is not take.result:
-        return None
-    return take, closed[0]
 
 
 def _masked(em: Emitter, x: Block, axis: int, name: str) -> str:
@@ -88,7 +72,7 @@ def _tree(em: Emitter, src: str, x: Block, axis: int, helper: str) -> str:
 def _reduce(em: Emitter, op: Op) -> None:
     order = op.attrs["order"]
     closed = closed_states(op)
-    shape = _axis_shape(op, closed) if order in ("unordered_tree", "ordered_tree") else None
+    shape = axis_reduction(op, closed) if order in ("unordered_tree", "ordered_tree") else None
     if shape is not None:
         take, state = shape
         x = em.block(take.operands[0])
