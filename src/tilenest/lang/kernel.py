@@ -186,8 +186,10 @@ class Kernel:
             raise _trimmed(e) from None
 
     # -- running
-    def default_target(self, tensors: dict[str, Any]) -> str:
-        devices = {describe_tensor(t, n).device for n, t in tensors.items()}
+    def default_target(self, key: tuple) -> str:
+        """cuda for CUDA tensors, else `TILENEST_TARGET` or cpu (devices come from the
+        specialization key, which already described every argument)."""
+        devices = {arg_key[1] for arg_key in key[0]}
         if "cuda" in devices:
             if devices != {"cuda"}:
                 raise ArgumentError(f"kernel `{self.name}`: arguments on different devices "
@@ -197,7 +199,7 @@ class Kernel:
 
     def _prepare(self, tensors: dict, key: tuple, fn: Function, target: str | None,
                  options: dict[str, Any]) -> CompiledKernel:
-        tgt = target or self.default_target(tensors)
+        tgt = target or self.default_target(key)
         for name, value in options.items():
             try:
                 hash(value)

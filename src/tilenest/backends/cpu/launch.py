@@ -107,7 +107,6 @@ class CpuExecutable:
         ptrs = (ctypes.c_void_p * (len(params) + 1))(
             *[r[0] for r in ranges], self.status.ctypes.data)
         addr = ctypes.addressof(ptrs)
-        pool = default_pool()
         grain = max(1, self.plan.block_size * self.plan.blocks_per_task)
         for spec, entry in zip(build.lowered.phases, build.entries, strict=True):
             if spec.programs == 0:
@@ -115,7 +114,7 @@ class CpuExecutable:
             if self.plan.num_threads == 1 or spec.programs <= grain:
                 entry(addr, 0, spec.programs)
             else:
-                pool.run(entry, addr, spec.programs, grain)
+                default_pool().run(entry, addr, spec.programs, grain)
         code = int(self.status[0])
         if code:
             errors = build.lowered.errors
