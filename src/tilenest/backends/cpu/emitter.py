@@ -79,30 +79,17 @@ class Emitter:
     def loop(self, lo: ir.Value | int, hi: ir.Value | int, body: Callable[[ir.Value], None],
              *, step: int = 1, name: str = "i") -> None:
         """for (i = lo; i < hi; i += step) body(i) — a counted loop LLVM can vectorize."""
-        b = self.b
-        lo_v = c64(lo) if isinstance(lo, int) else lo
-        hi_v = c64(hi) if isinstance(hi, int) else hi
-        pre = b.block
-        header = self.function.append_basic_block(f"{name}.head")
-        body_bb = self.function.append_basic_block(f"{name}.body")
-        exit_bb = self.function.append_basic_block(f"{name}.exit")
-        b.branch(header)
-        b.position_at_end(header)
-        i = b.phi(I64, name=name)
-        i.add_incoming(lo_v, pre)
-        b.cbranch(b.icmp_signed("<", i, hi_v), body_bb, exit_bb)
-        b.position_at_end(body_bb)
-        body(i)
-        nxt = b.add(i, c64(step))
-        i.add_incoming(nxt, b.block)
-        b.branch(header)
-        b.position_at_end(exit_bb)
+        def no_carries(i: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
+            body(i)
+            return carried
 
-    def loop_carried(self, lo: int, hi: int, inits: list[ir.Value],
+        self.loop_carried(lo, hi, [], no_carries, step=step, name=name)
+
+    def loop_carried(self, lo: ir.Value | int, hi: ir.Value | int, inits: list[ir.Value],
                      body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]],
-                     name: str = "c") -> list[ir.Value]:
+                     *, step: int = 1, name: str = "c") -> list[ir.Value]:
         """A counted loop whose body maps the carried SSA values to their next values."""
-        if hi <= lo:
+        if inits and isinstance(lo, int) and isinstance(hi, int) and hi <= lo:
             return list(inits)
         b = self.b
         pre = b.block
@@ -112,17 +99,18 @@ class Emitter:
         b.branch(header)
         b.position_at_end(header)
         i = b.phi(I64, name=name)
-        i.add_incoming(c64(lo), pre)
+        i.add_incoming(c64(lo) if isinstance(lo, int) else lo, pre)
         phis = []
         for v in inits:
             phi = b.phi(v.type)
             phi.add_incoming(v, pre)
             phis.append(phi)
-        b.cbranch(b.icmp_signed("<", i, c64(hi)), body_bb, exit_bb)
+        b.cbranch(b.icmp_signed("<", i, c64(hi) if isinstance(hi, int) else hi), body_bb,
+                  exit_bb)
         b.position_at_end(body_bb)
         new = body(i, list(phis))
         latch = b.block
-        i.add_incoming(b.add(i, c64(1)), latch)
+        i.add_incoming(b.add(i, c64(step)), latch)
         for phi, v in zip(phis, new, strict=True):
             phi.add_incoming(v, latch)
         b.branch(header)
