@@ -305,25 +305,20 @@ def _copysign(b: ir.IRBuilder, mag: ir.Value, sign: ir.Value) -> ir.Value:
     return _intrinsic(b, "llvm.copysign", mag, sign)
 
 
-@binary("maximum")
-def _maximum(b: ir.IRBuilder, dtype: DType, x: ir.Value, y: ir.Value) -> ir.Value:
-    if dtype.is_float:
-        # numpy: x if (x >= y or x is NaN) else y — NaN-propagating, first operand on ties.
-        pick = b.or_(b.fcmp_ordered(">=", x, y), b.fcmp_unordered("uno", x, x))
+def _extremum(pred: str) -> Binary:
+    """numpy's maximum (pred "ge") / minimum ("le"): x if (x pred y or x is NaN) else y —
+    NaN-propagating, the first operand on ties."""
+    def emit(b: ir.IRBuilder, dtype: DType, x: ir.Value, y: ir.Value) -> ir.Value:
+        pick = compare(b, pred, dtype, x, y)
+        if dtype.is_float:
+            pick = b.or_(pick, b.fcmp_unordered("uno", x, x))
         return b.select(pick, x, y)
-    cmp = b.icmp_unsigned(">=", x, y) if dtype.kind in ("uint", "bool") else \
-        b.icmp_signed(">=", x, y)
-    return b.select(cmp, x, y)
+
+    return emit
 
 
-@binary("minimum")
-def _minimum(b: ir.IRBuilder, dtype: DType, x: ir.Value, y: ir.Value) -> ir.Value:
-    if dtype.is_float:
-        pick = b.or_(b.fcmp_ordered("<=", x, y), b.fcmp_unordered("uno", x, x))
-        return b.select(pick, x, y)
-    cmp = b.icmp_unsigned("<=", x, y) if dtype.kind in ("uint", "bool") else \
-        b.icmp_signed("<=", x, y)
-    return b.select(cmp, x, y)
+BINARY["maximum"] = _extremum("ge")
+BINARY["minimum"] = _extremum("le")
 
 
 _FCMP = {"eq": ("ordered", "=="), "ne": ("unordered", "!="), "lt": ("ordered", "<"),
