@@ -178,17 +178,30 @@ class Nest:
 class Escaped:
     """Stands for a value defined inside a region body, after the region closed."""
 
-    __slots__ = ("_name", "_kind")
+    __slots__ = ("_name", "_kind", "_shadowed", "_loc")
 
-    def __init__(self, name: str, kind: str) -> None:
+    def __init__(self, name: str, kind: str, shadowed: bool = False,
+                 loc: SourceLoc | None = None) -> None:
         self._name = name
         self._kind = kind
+        self._shadowed = shadowed  # the name held a Tile before the loop
+        self._loc = loc
 
     def error(self) -> CaptureError:
+        name, kind = self._name, self._kind
+        where = f" (line {self._loc.lineno})" if self._loc is not None else ""
+        if self._shadowed:
+            hint = (f"the body binds `{name}` without reading it first, so it is a "
+                    f"temporary of the body, not a loop-carried value. A value is carried "
+                    f"only when the body updates it from its previous value "
+                    f"(`{name} = f({name}, ...)`)")
+        else:
+            hint = (f"initialize `{name}` before the loop and update it from its previous "
+                    f"value in the body (`{name} = f({name}, ...)`) to make it a "
+                    f"loop-carried value")
         return CaptureError(
-            f"`{self._name}` was defined inside a {self._kind} body and used after it: values "
-            f"of one iteration do not exist outside the region. Initialize `{self._name}` "
-            f"before the loop to make it a loop-carried value")
+            f"`{name}` was defined inside a {kind} body{where} and used after it: values "
+            f"of one iteration do not exist outside the region; {hint}")
 
     def __getattr__(self, attr: str) -> Any:
         raise self.error()
@@ -248,6 +261,9 @@ class RegionIter:
         self._frame_snapshot: dict[str, Any] | None = None
         # name -> the body line that last assigns it (set by the kernel rewriter)
         self.assign_locs: dict[str, SourceLoc] = {}
+        # Assigned names the body may read before writing them (set by the kernel rewriter);
+        # only these can be carries, the other assigned names are body temporaries.
+        self.live_in: frozenset[str] = frozenset()
 
     # -- the iterator protocol: exactly one pass
     def __iter__(self) -> RegionIter:
@@ -277,7 +293,7 @@ class RegionIter:
             except NameError:
                 value = UNBOUND
             self.entry[name] = value
-            if isinstance(value, Tile) and self.kind != "parallel":
+            if name in self.live_in and isinstance(value, Tile) and self.kind != "parallel":
                 self.carry_names.append(name)
                 self.carry_args[name] = self.builder.add_carry(value, name)
 
@@ -301,7 +317,8 @@ class RegionIter:
 
     def after(self, name: str) -> Any:
         if name in self.escaped:
-            return Escaped(name, self.kind)
+            return Escaped(name, self.kind, isinstance(self.entry.get(name), Tile),
+                           self.assign_locs.get(name))
         return self.results[name]
 
     # -- closing
@@ -317,6 +334,12 @@ class RegionIter:
             yields.append(self._carried_exit(name, exits.get(name, UNBOUND)))
         for name, entry in self.entry.items():
             value = exits.get(name, UNBOUND)
+            if name not in self.live_in:
+                # A temporary of the body: whatever it held before the loop is shadowed, and
+                # a value of one iteration does not exist after the region.
+                if isinstance(value, (Tile, Index)) and _defined_inside(value, self.builder.body):
+                    self.escaped.add(name)
+                continue
             if self.kind == "parallel" and isinstance(entry, Tile) and value is not entry:
                 raise CaptureError(
                     f"`{name}` is an outer Tile updated inside a parallel body: parallel "

@@ -1,10 +1,12 @@
 """Source rewriting that makes plain assignment capture loop-carried values.
 
 Every `for` statement of a kernel (or `@tn.func` helper) is wrapped so that, when its
-iterable is a tilenest region, the iterator learns which names the body assigns: names
-bound to Tiles before the loop become carried values (region arguments inside, region
-results after), exactly as `acc = tn.mma(a, b, acc)` reads. Loops over ordinary Python
-iterables run unchanged (they unroll at capture, as ordinary Python).
+iterable is a tilenest region, the iterator learns which names the body assigns and which
+of those it may read before writing (`liveness.py`): a live-in name bound to a Tile before
+the loop becomes a carried value (a region argument inside, a region result after), exactly
+as `acc = tn.mma(a, b, acc)` reads; a name the body always writes first is a temporary of
+the body, and using it after the loop is an error. Loops over ordinary Python iterables run
+unchanged (they unroll at capture, as ordinary Python).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from tilenest.errors import CaptureError
 from tilenest.ir.core import SourceLoc
+from tilenest.lang.liveness import live_in
 
 _PREFIX = "__tn_"
 
@@ -112,12 +115,15 @@ class _LoopRewriter(ast.NodeTransformer):
 
     def visit_For(self, node: ast.For) -> list[ast.stmt]:
         lines = _assignment_lines(node.body)
+        bind_target = ast.Assign(targets=[node.target], value=ast.Constant(0))
+        target_names = set(_assigned_names([bind_target]))
+        # Before the nested loops are rewritten: their hooks would read every name.
+        exposed = live_in(node.body, target_names)
         self.generic_visit(node)
         self.counter += 1
         loop = f"{_PREFIX}loop{self.counter}"
-        bind_target = ast.Assign(targets=[node.target], value=ast.Constant(0))
-        target_names = set(_assigned_names([bind_target]))
         names = [n for n in _assigned_names(node.body) if n not in target_names]
+        live = tuple(n for n in names if n in exposed)
         jumps = _jumps(node.body)
         if node.orelse:
             jumps.append((node.orelse[0].lineno, "for-else"))
@@ -140,7 +146,8 @@ class _LoopRewriter(ast.NodeTransformer):
             [ast.Name(loop, ast.Store())],
             ast.Call(ast.Attribute(ast.Name(f"{_PREFIX}rt", ast.Load()), "loop", ast.Load()),
                      [node.iter, ast.Constant(tuple(jumps)),
-                      ast.Constant(tuple((n, lines[n]) for n in names if n in lines))], []))
+                      ast.Constant(tuple((n, lines[n]) for n in names if n in lines)),
+                      ast.Constant(live)], []))
         body = [ast.Expr(call("enter", names_t, thunks()))]
         body += [rebind("rebinds", "arg", n) for n in names]
         body += node.body
@@ -187,7 +194,7 @@ class _Runtime:
                          linecache.getline(self.filename, lineno).rstrip("\n"))
 
     def loop(self, iterable: Any, jumps: tuple[tuple[int, str], ...],
-             assigned: tuple[tuple[str, int], ...] = ()) -> Any:
+             assigned: tuple[tuple[str, int], ...] = (), live: tuple[str, ...] = ()) -> Any:
         from tilenest.lang.nest import RegionIter
 
         if not isinstance(iterable, RegionIter):
@@ -200,6 +207,7 @@ class _Runtime:
                 f"once as a region, not executed per iteration (use tn.where for "
                 f"data-dependent choices)", loc=self.source_loc(lineno))
         iterable.assign_locs = {name: self.source_loc(n) for name, n in assigned}
+        iterable.live_in = frozenset(live)
         return iterable
 
     def returned(self, value: Any, lineno: int) -> Any:
