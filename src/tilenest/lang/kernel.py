@@ -8,7 +8,8 @@ import inspect
 import linecache
 import os
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from tilenest.config import dump
@@ -49,12 +50,17 @@ def _parameter_loc(fn: Callable[..., Any], name: str) -> SourceLoc | None:
 
 
 class CompiledKernel:
-    """A kernel specialized for one argument signature and prepared for one target."""
+    """A kernel specialized for one argument signature and prepared for one target.
 
-    def __init__(self, kernel: Kernel, key: tuple, executable: Any) -> None:
+    It is called with the tensors alone (DESIGN §3a): its constants and options were fixed
+    by `compile`; a constant or option given again must equal the compiled one."""
+
+    def __init__(self, kernel: Kernel, key: tuple, executable: Any,
+                 options: dict[str, Any] | None = None) -> None:
         self.kernel = kernel
         self.key = key
         self.executable = executable
+        self.options = dict(options or {})
 
     @property
     def ir(self) -> Function:
@@ -72,18 +78,101 @@ class CompiledKernel:
     def source(self) -> str:
         return self.executable.source
 
+    @property
+    def constants(self) -> Mapping[str, Any]:
+        """The compile-time constants this kernel was specialized for (name -> value)."""
+        return MappingProxyType(self.ir.consts)
+
+    @property
+    def planning(self) -> Any:
+        """The planner's `PlanningResult` (None on the reference target, which plans nothing)."""
+        return self.executable.extras.get("planning")
+
     def explain(self) -> str:
         return self.executable.explanation
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.pop("target", None)
-        self.kernel._options(kwargs)  # options were fixed at compile time
-        tensors, consts, key = self.kernel._bind(args, kwargs)
-        if key != self.key:
-            raise ArgumentError("these arguments do not match the specialization this kernel "
-                                "was compiled for (shapes, dtypes, strides and constants are "
-                                "part of it); call compile() again")
+        try:
+            tensors = self._bind(args, kwargs)
+        except TileError as e:
+            raise _trimmed(e) from None
         self.executable.run(tensors)
+
+    def _bind(self, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+        name = self.kernel.name
+        target = kwargs.pop("target", None)
+        if target is not None and target != self.target:
+            raise ArgumentError(f"kernel `{name}` was compiled for target {self.target!r}; "
+                                f"call compile(..., target={target!r}) for another target")
+        for opt, value in self.kernel._options(kwargs).items():
+            if opt not in self.options or not _same_option(self.options[opt], value):
+                was = (f"{self.options[opt]!r}" if opt in self.options else "not given")
+                raise ArgumentError(f"kernel `{name}`: option {opt}={value!r} differs from the "
+                                    f"one it was compiled with ({was}); options are fixed by "
+                                    f"compile(), call compile() again to change them")
+        compiled = self.ir.consts
+        for const in self.kernel.const_params:
+            if const not in kwargs:
+                kwargs[const] = compiled[const]
+            elif constant_key(const, kwargs[const]) != constant_key(const, compiled[const]):
+                raise ArgumentError(f"kernel `{name}`: constant {const}={kwargs[const]!r} "
+                                    f"differs from the compiled {const}={compiled[const]!r} "
+                                    f"(constants are part of the specialization); a compiled "
+                                    f"kernel is called with the tensors alone, call compile() "
+                                    f"again for other constants")
+        tensors, _consts, key = self.kernel._bind(args, kwargs)
+        if key != self.key:
+            raise ArgumentError(f"kernel `{name}` was compiled for other arguments: "
+                                f"{_key_difference(self.kernel, self.key, key)} (shapes, "
+                                f"dtypes, strides and devices are part of the specialization);"
+                                f" call compile() again")
+        return tensors
+
+
+def _same_option(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - an option whose == fails is not the same option
+        return False
+
+
+def _key_difference(kernel: Kernel, compiled: tuple, given: tuple) -> str:
+    """Which tensor argument differs between two specialization keys, in words."""
+    fields = ("kind", "device", "dtype", "shape", "strides")
+    for pname, want, got in zip(kernel.tensor_params, compiled[0], given[0], strict=True):
+        for field_name, w, g in zip(fields, want, got, strict=True):
+            if w != g:
+                return f"argument `{pname}` has {field_name} {g!r}, compiled for {w!r}"
+    return "the arguments differ"
+
+
+# The options each kind of target reads. An option a target would ignore is an error, not a
+# silent no-op: `precision=` on cpu would otherwise look like it took effect. (`policy=` is
+# read by the reference too: its IEEE evaluation is legal under every numerical policy.)
+_REFERENCE_OPTIONS = frozenset({"precision", "order", "seed", "check_races", "policy"})
+_PLANNER_OPTIONS = frozenset({"seed", "plan", "policy", "constraints", "cost_policy",
+                              "plan_budget"})
+
+
+def _check_options(target: str, options: dict[str, Any]) -> None:
+    seed = options.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ArgumentError(f"seed= must be a non-negative int, got {seed!r}")
+    accepted = _REFERENCE_OPTIONS if target == "reference" else _PLANNER_OPTIONS
+    ignored = sorted(set(options) - accepted)
+    if not ignored:
+        return
+    given = ", ".join(f"{k}=" for k in ignored)
+    one = len(ignored) == 1
+    if target == "reference":
+        raise ArgumentError(f"{given} {'is a planner option' if one else 'are planner options'}"
+                            f"; the reference target runs the TileIR directly and plans "
+                            f"nothing (compile for 'cpu' or 'cuda' to use "
+                            f"{'it' if one else 'them'})")
+    raise ArgumentError(f"{given} {'is an option' if one else 'are options'} of the reference "
+                        f"interpreter (tn.interpret, or target='reference'); target {target!r} "
+                        f"does not read {'it' if one else 'them'} (accepted here: "
+                        f"{', '.join(f'{k}=' for k in sorted(_PLANNER_OPTIONS))})")
 
 
 class Kernel:
@@ -200,6 +289,7 @@ class Kernel:
     def _prepare(self, tensors: dict, key: tuple, fn: Function, target: str | None,
                  options: dict[str, Any]) -> CompiledKernel:
         tgt = target or self.default_target(key)
+        _check_options(tgt, options)
         for name, value in options.items():
             try:
                 hash(value)
@@ -211,7 +301,7 @@ class Kernel:
         if compiled is None:
             from tilenest.backends.registry import preparer
 
-            compiled = CompiledKernel(self, key, preparer(tgt)(fn, options))
+            compiled = CompiledKernel(self, key, preparer(tgt)(fn, options), options)
             self._compiled[ckey] = compiled
         return compiled
 

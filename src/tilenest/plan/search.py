@@ -42,6 +42,7 @@ class PlannerOptions:
     on_budget: str = "error"  # "error" (default) | "truncate" (feasible-under-budget)
     cost_policy: CostPolicy | None = None
     finalists: int = 5
+    seed: int | None = None  # the `seed=` option; recorded (the exhaustive search needs none)
 
 
 @dataclass(frozen=True)
@@ -280,7 +281,7 @@ def plan(fn: Function, info: TargetInfo, options: PlannerOptions | None = None
         space_size=len(space) if complete else len(list(enumerate_space(fn, info,
                                                                         opts.constraints))),
         evaluations=len(scored), target=info.target(), policy=type(policy).__name__,
-        coefficients=coefficients, constraints=opts.constraints,
+        coefficients=coefficients, constraints=opts.constraints, seed=opts.seed,
         elapsed_ms=(time.perf_counter() - start) * 1e3)
 
 

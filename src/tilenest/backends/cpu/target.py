@@ -333,7 +333,8 @@ def plan_cpu(fn: Function, options: dict[str, Any]):  # -> (PlanningResult, CpuT
     info = CpuTargetInfo(width, workers, host_info().vector_bits, cons, fma_requested=fma,
                          allow_fma=policy.allow_fma, partitions=default_partitions(fn))
     opts = PlannerOptions(constraints=cons, cost_policy=options.get("cost_policy"),
-                          budget=options.get("plan_budget", DEFAULT_BUDGET))
+                          budget=options.get("plan_budget", DEFAULT_BUDGET),
+                          seed=options.get("seed"))
     return plan(fn, info, opts), info
 
 

@@ -491,7 +491,8 @@ def plan_cuda(fn: Function, options: dict[str, Any], gpu: GpuInfo | None = None
     info = CudaTargetInfo(fn, gpu or device_info(), cons, allow_tf32=policy.allow_tf32,
                           allow_fma=policy.allow_fma)
     opts = PlannerOptions(constraints=cons, cost_policy=options.get("cost_policy"),
-                          budget=options.get("plan_budget", DEFAULT_BUDGET))
+                          budget=options.get("plan_budget", DEFAULT_BUDGET),
+                          seed=options.get("seed"))
     return plan(fn, info, opts), info
 
 
