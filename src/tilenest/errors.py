@@ -98,3 +98,8 @@ class BackendError(TileError):
 
 class IRError(TileError):
     """Malformed TileIR: a verifier or parser failure (a tilenest bug, or a bad IR file)."""
+
+
+class ConfigError(TileError, ValueError):
+    """A `TILENEST_*` environment variable holds a value tilenest does not accept; the message
+    names the variable, the value and what is accepted. Also a ValueError: it is a bad value."""

@@ -6,13 +6,12 @@ import ast
 import functools
 import inspect
 import linecache
-import os
 import textwrap
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from tilenest.config import dump
+from tilenest.config import TARGET, dump
 from tilenest.errors import ArgumentError, CaptureError, TileError
 from tilenest.ir.core import Function, Param, Region, SourceLoc, Value
 from tilenest.lang.context import capturing
@@ -284,7 +283,7 @@ class Kernel:
                 raise ArgumentError(f"kernel `{self.name}`: arguments on different devices "
                                     f"{sorted(devices)}")
             return "cuda"
-        return os.environ.get("TILENEST_TARGET", "cpu")
+        return TARGET.read()
 
     def _prepare(self, tensors: dict, key: tuple, fn: Function, target: str | None,
                  options: dict[str, Any]) -> CompiledKernel:

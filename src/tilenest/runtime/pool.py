@@ -14,12 +14,13 @@ Non-goals: fork safety, priorities, nested parallelism (a launch from inside a t
 from __future__ import annotations
 
 import ctypes
-import os
 import statistics
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from tilenest.config import NUM_THREADS
 
 PhaseFn = Callable[[int, int, int], Any]
 PHASE_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
@@ -199,17 +200,9 @@ def _native_noop() -> PhaseFn:
 
 
 def env_num_threads() -> int:
-    """`TILENEST_NUM_THREADS` when set to a positive integer, else `os.cpu_count()`."""
-    raw = os.environ.get("TILENEST_NUM_THREADS", "").strip()
-    if raw:
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ValueError(f"TILENEST_NUM_THREADS must be an integer, not {raw!r}") from None
-        if value >= 1:
-            return value
-        raise ValueError(f"TILENEST_NUM_THREADS must be at least 1, not {value}")
-    return os.cpu_count() or 1
+    """`TILENEST_NUM_THREADS` (1 to `config.max_threads()`), else `os.cpu_count()`; a
+    ConfigError (a ValueError too) names the variable when its value is not accepted."""
+    return NUM_THREADS.read()
 
 
 _default: WorkerPool | None = None

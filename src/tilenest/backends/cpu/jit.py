@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes.util
 import hashlib
-import os
 import re
 import struct
 import threading
@@ -22,10 +21,11 @@ from dataclasses import dataclass
 import llvmlite
 import llvmlite.binding as llvm
 
+from tilenest.config import CPU_FEATURES, CPU_NAME, VECTOR_BITS
 from tilenest.errors import BackendError
 from tilenest.runtime.cache import DiskCache, cache_dir
 
-_CACHE_FORMAT = "tilenest-cpu-jit-1"
+_CACHE_FORMAT = "tilenest-cpu-jit-2"  # 2: parts carry a MAC (runtime/cache.py)
 _OBJ, _IR = "o", "ll"  # disk parts; the object is written last and marks a complete entry
 
 _lock = threading.RLock()  # LLVM initialization, compilation and the caches
@@ -117,7 +117,7 @@ def _flatten(feats: Mapping[str, bool]) -> str:
     return ",".join(on + off)
 
 
-_host_cache: dict[tuple[str, str, str], HostInfo] = {}
+_host_cache: dict[tuple[str | None, tuple[tuple[str, bool], ...], int | None], HostInfo] = {}
 
 
 def host_info() -> HostInfo:
@@ -125,36 +125,28 @@ def host_info() -> HostInfo:
     `TILENEST_CPU_NAME` (cpu name), `TILENEST_CPU_FEATURES` (comma list of `+f`/`-f` applied on
     top of the host's), `TILENEST_VECTOR_BITS` (cap: 128, 256 or 512; e.g. 256 turns off every
     AVX-512 feature to emulate an AVX2 machine)."""
-    env = tuple(os.environ.get(k, "").strip() for k in (
-        "TILENEST_CPU_NAME", "TILENEST_CPU_FEATURES", "TILENEST_VECTOR_BITS"))
-    cached = _host_cache.get(env)  # type: ignore[arg-type]
+    env = (CPU_NAME.read(), CPU_FEATURES.read(), VECTOR_BITS.read())  # validated there
+    cached = _host_cache.get(env)
     if cached is not None:
         return cached
     cpu_env, feat_env, bits_env = env
     _init_native_target()
     feats: dict[str, bool] = dict(llvm.get_host_cpu_features())
-    for item in filter(None, (s.strip() for s in feat_env.split(","))):
-        if item[0] not in "+-":
-            raise BackendError(
-                f"TILENEST_CPU_FEATURES entry {item!r} must start with '+' or '-'", loc=None)
-        feats[item[1:]] = item[0] == "+"
+    feats.update(feat_env)
     # Turning a root feature off turns off everything built on it.
     if feats.get("avx512f") is False:
         _apply_cap(feats, 256)
     if feats.get("avx") is False:
         _apply_cap(feats, 128)
-    if bits_env:
-        if bits_env not in ("128", "256", "512"):
-            raise BackendError(
-                f"TILENEST_VECTOR_BITS must be 128, 256 or 512, not {bits_env!r}", loc=None)
-        _apply_cap(feats, int(bits_env))
+    if bits_env is not None:
+        _apply_cap(feats, bits_env)
     info = HostInfo(
         triple=llvm.get_process_triple(),
         cpu_name=cpu_env or llvm.get_host_cpu_name(),
         features=_flatten(feats),
         vector_bits=_vector_bits(feats),
     )
-    _host_cache[env] = info  # type: ignore[index]
+    _host_cache[env] = info
     return info
 
 
@@ -336,14 +328,11 @@ def compile_ir(llvm_ir: str, entry_points: list[str], *, opt_level: int = 3,
             hit = _memory[key]
             _check_entry_points(hit, entry_points)
             return hit
-        disk = DiskCache(cache_dir()) if cache else None
-        blobs = disk.load(key, [_IR, _OBJ]) if disk is not None else None
-        if blobs is not None and not _plausible_object(blobs[_OBJ]):
-            disk.evict(key, [_OBJ, _IR])  # type: ignore[union-attr]
-            blobs = None
+        disk = DiskCache.open(cache_dir()) if cache else None  # None: refused or unusable
+        cached = _load_cached(disk, key) if disk is not None else None
         tm = _target_machine(info, opt_level)
-        if blobs is not None:
-            obj, optimized = blobs[_OBJ], blobs[_IR].decode()
+        if cached is not None:
+            obj, optimized = cached
             _stats.disk_hits += 1
         else:
             mod = _parse(llvm_ir)
@@ -352,12 +341,12 @@ def compile_ir(llvm_ir: str, entry_points: list[str], *, opt_level: int = 3,
             _optimize(mod, tm, opt_level)
             optimized = str(mod)
             obj = tm.emit_object(mod)
-            if disk is not None:
+            if cache:
                 _stats.misses += 1
             else:
                 _stats.uncached += 1
         _check_externals(obj, optimized)
-        if disk is not None and blobs is None:
+        if disk is not None and cached is None:
             disk.store(key, {_IR: optimized.encode(), _OBJ: obj})
         compiled = CompiledModule(_load_engine(obj, info, tm), optimized, entry_points, info,
                                   opt_level, key)
@@ -367,13 +356,23 @@ def compile_ir(llvm_ir: str, entry_points: list[str], *, opt_level: int = 3,
         return compiled
 
 
-def _plausible_object(obj: bytes) -> bool:
-    """A cached object that cannot even be read as an object file is recompiled, not loaded."""
+def _load_cached(disk: DiskCache, key: str) -> tuple[bytes, str] | None:
+    """The object and optimized IR stored under `key`, or None. DiskCache.load has checked
+    each part's MAC (which binds it to `key`), so a planted, swapped or corrupt file never
+    reaches llvmlite, which crashes on malformed objects; what is verified yet unusable (a
+    format change) is evicted too."""
+    blobs = disk.load(key, [_IR, _OBJ])
+    if blobs is None:
+        return None
     try:
-        _elf_undefined_symbols(obj)
+        optimized = blobs[_IR].decode()
+        _elf_undefined_symbols(blobs[_OBJ])
+        if blobs[_OBJ]:
+            return blobs[_OBJ], optimized
     except (struct.error, ValueError, IndexError, UnicodeDecodeError):
-        return False
-    return len(obj) > 0
+        pass
+    disk.evict(key, [_OBJ, _IR])
+    return None
 
 
 def _check_entry_points(compiled: CompiledModule, entry_points: list[str]) -> None:
