@@ -150,7 +150,7 @@ def _key_difference(kernel: Kernel, compiled: tuple, given: tuple) -> str:
 # read by the reference too: its IEEE evaluation is legal under every numerical policy.)
 _REFERENCE_OPTIONS = frozenset({"precision", "order", "seed", "check_races", "policy"})
 _PLANNER_OPTIONS = frozenset({"seed", "plan", "policy", "constraints", "cost_policy",
-                              "plan_budget"})
+                              "plan_budget", "strategy", "budget"})
 
 
 def _check_options(target: str, options: dict[str, Any]) -> None:
@@ -308,7 +308,7 @@ class Kernel:
     def _options(kwargs: dict[str, Any]) -> dict[str, Any]:
         options = {k: kwargs.pop(k) for k in ("precision", "order", "seed", "check_races",
                                               "plan", "policy", "constraints", "cost_policy",
-                                              "plan_budget")
+                                              "plan_budget", "strategy", "budget")
                    if k in kwargs}
         if isinstance(options.get("constraints"), dict):  # options stay hashable
             options["constraints"] = tuple(sorted(options["constraints"].items()))

@@ -45,14 +45,27 @@ def candidate_table(result: PlanningResult, top: int | None = 20) -> Table:
     return table
 
 
+def search_line(result: PlanningResult) -> str:
+    """What ran, as asked, and its seed: `pareto+beam (strategy auto, seed 0)`."""
+    method = result.method or result.strategy
+    notes = [] if method == result.strategy else [f"strategy {result.strategy}"]
+    if result.seed is not None:
+        notes.append(f"seed {result.seed}")
+    return method + (f" ({', '.join(notes)})" if notes else "")
+
+
 def render(result: PlanningResult, top: int | None = 20, width: int = 160) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width, no_color=True, force_terminal=False)
     counts = ", ".join(f"{k} {v}" for k, v in result.counts().items() if v)
     console.print(
-        f"planner: {result.strategy}, status {result.status}; space {result.space_size}, "
-        f"{result.evaluations} evaluated, {len(result.rejected)} rejected"
-        + (f" ({counts})" if counts else "") + f"; {result.elapsed_ms:.1f} ms", highlight=False)
+        f"planner: {search_line(result)}, status {result.status}; space {result.space_size}, "
+        f"{result.explored} explored, {result.evaluations} evaluated, {len(result.rejected)} "
+        f"rejected" + (f" ({counts})" if counts else "") + f"; {result.elapsed_ms:.1f} ms",
+        highlight=False)
+    if result.lower_bound is not None:
+        console.print(f"lower bound: {_fmt(result.lower_bound)} (the exact minimum under the "
+                      f"model: the whole space was evaluated)", highlight=False)
     coeffs = ", ".join(f"{k}={v:g}" for k, v in result.coefficients.items())
     console.print(f"cost policy: {result.policy} ({coeffs}); costs are relative work, "
                   f"uncalibrated", highlight=False)

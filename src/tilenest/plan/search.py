@@ -1,15 +1,19 @@
-"""`plan(function, target_info, options)`: exhaustive search of the declared space.
+"""`plan(function, target_info, options)`: admission and ranking over a searched space.
 
 Admission precedes ranking (seed 004 §4): common invariants -> target geometry (`accepts`)
 -> shared static resource analysis -> backend budget -> scheduling and cost. Every rejected
 candidate is kept with its category, constraint, region and reason; only admitted
-candidates reach the cost policy, so no policy can make an illegal candidate legal. The
-minimum is exact under the policy's model, not a claim about hardware.
+candidates reach the cost policy, so no policy can make an illegal candidate legal.
+
+Which candidates are explored is the strategy's (tilenest.plan.strategies): `auto` (the
+default) enumerates a space that fits the budget (status `exact`: the minimum is exact under
+the policy's model, not a claim about hardware) and otherwise runs a seeded, budgeted
+heuristic (status `feasible-under-budget`); the space is indexed, never listed.
 """
 
 from __future__ import annotations
 
-import itertools
+import random
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -18,17 +22,19 @@ from typing import Any
 
 from tilenest.analysis.resources import ExecutionResources
 from tilenest.analysis.work import ExecutionWork, extract_work
-from tilenest.errors import BackendError
-from tilenest.ir.core import Function, Op
+from tilenest.errors import ArgumentError, BackendError
+from tilenest.ir.core import Function
 from tilenest.plan.constraints import Constraints
 from tilenest.plan.cost import CostBreakdown, CostPolicy, checked_breakdown
 from tilenest.plan.records import (
     Admission,
-    Binding,
     Candidate,
     Rejection,
     RejectionCategory,
 )
+from tilenest.plan.strategies import AUTO_HEURISTIC, SEEDED, STRATEGIES, Evaluator, Space
+from tilenest.plan.strategies.space import root_parallels as root_parallels
+from tilenest.plan.strategies.space import root_rank
 from tilenest.plan.target import ScheduledWork, TargetFacts, TargetInfo
 
 DEFAULT_BUDGET = 1024
@@ -38,11 +44,15 @@ PROVEN = {RejectionCategory.SEMANTIC, RejectionCategory.TARGET, RejectionCategor
 @dataclass(frozen=True)
 class PlannerOptions:
     constraints: Constraints = field(default_factory=Constraints)
-    budget: int = DEFAULT_BUDGET
-    on_budget: str = "error"  # "error" (default) | "truncate" (feasible-under-budget)
+    budget: int = DEFAULT_BUDGET  # candidates explored (admission runs) at most
+    # An explicit exhaustive search over its budget: "error" (default) or "truncate" (the
+    # first `budget` candidates, feasible-under-budget). `auto` never errors on size.
+    on_budget: str = "error"
     cost_policy: CostPolicy | None = None
     finalists: int = 5
-    seed: int | None = None  # the `seed=` option; recorded (the exhaustive search needs none)
+    strategy: str = "auto"  # "auto" | "exhaustive" | "beam" | "anneal" | "pareto" | "cpsat"
+    seed: int | None = None  # the heuristics' seed (None: 0); same seed, same plan
+    beam_width: int = 8      # beam width; also the Pareto front kept per interface
 
 
 @dataclass(frozen=True)
@@ -66,10 +76,12 @@ class PlanningResult:
     policy: str
     coefficients: dict[str, float]
     constraints: Constraints
-    strategy: str = "exhaustive"
-    seed: int | None = None
-    lower_bound: float | None = None  # none is available for this model
+    strategy: str = "exhaustive"  # as asked ("auto", "beam", ...)
+    seed: int | None = None       # the seed asked for, or the one a heuristic used
+    lower_bound: float | None = None  # only when real: the exact minimum of an exact search
     elapsed_ms: float = 0.0
+    method: str = ""              # what ran: "exhaustive", "pareto+beam", ...
+    explored: int = 0             # candidates that ran admission (the budgeted count)
 
     def counts(self) -> dict[str, int]:
         c = Counter(r.category.value for r in self.rejected)
@@ -92,73 +104,11 @@ class PlanningError(BackendError):
         self.result = result
 
 
-def root_parallels(fn: Function) -> list[Op]:
-    return [op for op in fn.body.ops if op.name == "parallel"]
-
-
-def _ranks(fn: Function) -> set[int]:
-    return {len(op.attrs["domain"]) for op in root_parallels(fn)}
-
-
-def _main_extents(fn: Function) -> tuple[int, ...]:
-    roots = root_parallels(fn)
-    if not roots:
-        return ()
-    best = max(roots, key=lambda op: len(op.attrs["domain"]))
-    return tuple(e for _, e in best.attrs["domain"])
-
-
-def _programs(fn: Function) -> int:
-    out = 1
-    for op in root_parallels(fn):
-        n = 1
-        for _, e in op.attrs["domain"]:
-            n *= e
-        out = max(out, n)
-    return out
-
-
 def enumerate_space(fn: Function, info: TargetInfo, cons: Constraints) -> Iterator[Candidate]:
     """The declared space, in deterministic order: root orders (canonical first) x
-    distributions x block sizes x task grains x traversals."""
-    ranks = _ranks(fn)
-    rank = next(iter(ranks)) if len(ranks) == 1 else 0
-    if cons.has("root_axis_order"):
-        fixed_order = cons.get("root_axis_order")
-        orders: list[tuple[int, ...]] = [tuple(range(rank)) if fixed_order is None
-                                         else tuple(fixed_order)]
-    else:
-        orders = [tuple(p) for p in itertools.permutations(range(rank))]
-    lanes = cons.get("local_lanes")
-    dists = [info.distribution_for(lanes)] if lanes is not None else \
-        list(info.distributions(fn))
-    extents = _main_extents(fn)
-    programs = _programs(fn)
-    expand = getattr(info, "expand", None)
-    index = 0
-    for order in orders:
-        trav_fixed = cons.get("program_traversal")
-        travs = [tuple(trav_fixed)] if trav_fixed is not None else \
-            list(info.traversals(extents, order))
-        for dist in dists:
-            bfixed = cons.get("block_size")
-            blocks = [bfixed] if bfixed is not None else list(info.block_sizes(dist))
-            for block in blocks:
-                gfixed = cons.get("blocks_per_task")
-                if gfixed is not None:
-                    grains = [gfixed]
-                elif info.supports_task_grain():
-                    grains = list(info.task_grains(-(-programs // max(1, block))))
-                else:
-                    grains = [1]
-                for grain in grains:
-                    for trav in travs:
-                        base = Candidate(Binding(order, trav, block, grain), dist)
-                        # Targets with more searched choices (GPU warps, pipeline stages,
-                        # operand representations) expand each point of the common space.
-                        for c in expand(base) if expand is not None else (base,):
-                            yield replace(c, index=index)
-                            index += 1
+    distributions x block sizes x task grains x traversals x the target's expansion (GPU
+    warps, pipeline stages, operand representations). Lazy: built from the index."""
+    return iter(Space(fn, info, cons))
 
 
 class _Admitter:
@@ -168,7 +118,7 @@ class _Admitter:
                  policy: CostPolicy) -> None:
         self.fn, self.info, self.cons, self.policy = fn, info, cons, policy
         self.work: dict[tuple, ExecutionWork] = {}
-        self.rank = next(iter(_ranks(fn))) if len(_ranks(fn)) == 1 else None
+        self.rank = root_rank(fn)
         self.region = str(root_parallels(fn)[0].loc) if root_parallels(fn) else fn.name
 
     def _reject(self, c: Candidate, cat: RejectionCategory, constraint: str, reason: str,
@@ -239,50 +189,70 @@ def _diverse(scored: list[ScoredCandidate], k: int) -> list[ScoredCandidate]:
     return sorted(picked, key=lambda s: s.rank)
 
 
+def planner_options(options: dict[str, Any], constraints: Constraints) -> PlannerOptions:
+    """PlannerOptions from compile/call options: `strategy=`, `seed=`, `budget=` (alias
+    `plan_budget=`), `cost_policy=`."""
+    budget = options.get("budget", options.get("plan_budget", DEFAULT_BUDGET))
+    if "plan_budget" in options and budget != options["plan_budget"]:
+        raise ArgumentError(f"budget={budget!r} contradicts plan_budget="
+                            f"{options['plan_budget']!r} (plan_budget= is its old name)",
+                            loc=None)
+    return PlannerOptions(constraints=constraints, cost_policy=options.get("cost_policy"),
+                          budget=budget, seed=options.get("seed"),
+                          strategy=options.get("strategy", "auto"))
+
+
+def _status(ev: Evaluator, scored: list[ScoredCandidate]) -> str:
+    if scored:
+        return "exact" if ev.complete else "feasible-under-budget"
+    if ev.complete and all(r.category in PROVEN for r in ev.rejected.values()):
+        return "infeasible"  # a timeout (an incomplete search) is never a proof
+    return "no-candidate"
+
+
 def plan(fn: Function, info: TargetInfo, options: PlannerOptions | None = None
          ) -> PlanningResult:
-    """Enumerate, admit, score and rank the declared space of `fn` on `info`."""
+    """Explore (per the strategy), admit, score and rank the declared space of `fn`."""
     opts = options or PlannerOptions()
     start = time.perf_counter()
     policy = opts.cost_policy or info.cost_policy()
     coefficients = policy.checked_coefficients()
-    space = list(enumerate_space(fn, info, opts.constraints))
-    complete = True
-    if len(space) > opts.budget:
-        if opts.on_budget != "truncate":
-            raise PlanningBudgetError(
-                f"the declared plan space of `{fn.name}` has {len(space)} candidates, more "
-                f"than the exhaustive budget {opts.budget}; fix some controls, e.g. "
-                f"constraints={{'root_axis_order': ..., 'block_size': ...}}, or raise the "
-                f"budget", loc=None)
-        space, complete = space[:opts.budget], False
-    admitter = _Admitter(fn, info, opts.constraints, policy)
-    rejected: list[Rejection] = []
-    admitted: list[tuple[Candidate, Any, CostBreakdown]] = []
-    for c in space:
-        verdict = admitter.admit(c)
-        if isinstance(verdict, Rejection):
-            rejected.append(verdict)
-            continue
-        cand, realized = verdict
-        admitted.append((cand, realized, admitter.score(cand)))
-    admitted.sort(key=lambda t: (round(t[2].total, 9), t[0].index))
-    scored = [ScoredCandidate(c, cost, p, rank + 1)
-              for rank, (c, p, cost) in enumerate(admitted)]
-    if scored:
-        status = "exact" if complete else "feasible-under-budget"
-    elif complete and all(r.category in PROVEN for r in rejected):
-        status = "infeasible"
-    else:
-        status = "no-candidate"
+    if opts.strategy != "auto" and opts.strategy not in STRATEGIES:
+        raise ArgumentError(f"unknown planner strategy={opts.strategy!r}; accepted: 'auto', "
+                            + ", ".join(repr(s) for s in STRATEGIES), loc=None)
+    if isinstance(opts.budget, bool) or not isinstance(opts.budget, int) or opts.budget < 1:
+        raise ArgumentError(f"planner budget= must be a positive int, got {opts.budget!r}",
+                            loc=None)
+    space = Space(fn, info, opts.constraints)
+    method, run = opts.strategy, STRATEGIES.get(opts.strategy)
+    if opts.strategy == "auto":
+        method, run = ("exhaustive", STRATEGIES["exhaustive"]) if space.size <= opts.budget \
+            else AUTO_HEURISTIC
+    elif method == "exhaustive" and space.size > opts.budget and opts.on_budget != "truncate":
+        raise PlanningBudgetError(
+            f"the declared plan space of `{fn.name}` has {space.size} candidates, more "
+            f"than the exhaustive budget {opts.budget}; fix some controls, e.g. "
+            f"constraints={{'root_axis_order': ..., 'block_size': ...}}, raise the "
+            f"budget, or use strategy='auto'", loc=None)
+    assert run is not None
+    # The seed asked for is recorded; a seeded heuristic without one uses (and reports) 0.
+    seed = opts.seed if opts.seed is not None else 0 if method in SEEDED else None
+    ev = Evaluator(space, _Admitter(fn, info, opts.constraints, policy), opts.budget)
+    run(ev, random.Random(seed or 0), replace(opts, seed=seed or 0))
+    scored = []
+    for rank, i in enumerate(ev.ranked()):
+        cand, realized, cost = ev.admitted[i]
+        scored.append(ScoredCandidate(cand, cost, realized, rank + 1))
+    status = _status(ev, scored)
+    rejected = [ev.rejected[i] for i in sorted(ev.rejected)]
     return PlanningResult(
         status=status, selected=scored[0] if scored else None,
         finalists=_diverse(scored, opts.finalists), candidates=scored, rejected=rejected,
-        space_size=len(space) if complete else len(list(enumerate_space(fn, info,
-                                                                        opts.constraints))),
-        evaluations=len(scored), target=info.target(), policy=type(policy).__name__,
-        coefficients=coefficients, constraints=opts.constraints, seed=opts.seed,
-        elapsed_ms=(time.perf_counter() - start) * 1e3)
+        space_size=space.size, evaluations=len(scored), target=info.target(),
+        policy=type(policy).__name__, coefficients=coefficients, constraints=opts.constraints,
+        strategy=opts.strategy, seed=seed,
+        lower_bound=scored[0].cost.total if status == "exact" else None,
+        elapsed_ms=(time.perf_counter() - start) * 1e3, method=method, explored=ev.explored)
 
 
 def require_selection(result: PlanningResult, fn_name: str) -> ScoredCandidate:

@@ -16,7 +16,8 @@ from tilenest.ir.types import TensorType
 
 # Options of tn.interpret / compile; a kernel constant may not use these names.
 RESERVED_NAMES = frozenset({"precision", "order", "seed", "check_races", "target", "policy",
-                            "plan", "constraints", "cost_policy", "plan_budget"})
+                            "plan", "constraints", "cost_policy", "plan_budget",
+                            "strategy", "budget"})
 
 
 def is_torch_tensor(x: Any) -> bool:

@@ -46,7 +46,7 @@ from tilenest.plan.records import (
     RejectionCategory,
     Schedule,
 )
-from tilenest.plan.search import DEFAULT_BUDGET, PlannerOptions, plan, require_selection
+from tilenest.plan.search import plan, planner_options, require_selection
 from tilenest.plan.target import ScheduledWork, TargetFacts
 from tilenest.runtime.pool import env_num_threads
 
@@ -332,9 +332,7 @@ def plan_cpu(fn: Function, options: dict[str, Any]):  # -> (PlanningResult, CpuT
     workers = cons.get("num_threads") or env_num_threads()
     info = CpuTargetInfo(width, workers, host_info().vector_bits, cons, fma_requested=fma,
                          allow_fma=policy.allow_fma, partitions=default_partitions(fn))
-    opts = PlannerOptions(constraints=cons, cost_policy=options.get("cost_policy"),
-                          budget=options.get("plan_budget", DEFAULT_BUDGET),
-                          seed=options.get("seed"))
+    opts = planner_options(options, cons)
     return plan(fn, info, opts), info
 
 

@@ -60,13 +60,7 @@ from tilenest.plan.records import (
     Resources,
     Schedule,
 )
-from tilenest.plan.search import (
-    DEFAULT_BUDGET,
-    PlannerOptions,
-    PlanningResult,
-    plan,
-    require_selection,
-)
+from tilenest.plan.search import PlanningResult, plan, planner_options, require_selection
 from tilenest.plan.target import TargetFacts
 
 
@@ -490,9 +484,7 @@ def plan_cuda(fn: Function, options: dict[str, Any], gpu: GpuInfo | None = None
     cons = _constraints(options, policy)
     info = CudaTargetInfo(fn, gpu or device_info(), cons, allow_tf32=policy.allow_tf32,
                           allow_fma=policy.allow_fma)
-    opts = PlannerOptions(constraints=cons, cost_policy=options.get("cost_policy"),
-                          budget=options.get("plan_budget", DEFAULT_BUDGET),
-                          seed=options.get("seed"))
+    opts = planner_options(options, cons)
     return plan(fn, info, opts), info
 
 
