@@ -114,17 +114,19 @@ def _fast_axis(em: Emitter, op: Op, take: Op, state: ClosedState) -> bool:
         return v
 
     minmax = t.dtype.is_float and name in ("maximum", "minimum")
+    largest = name == "maximum"
 
     def step(g: ir.Value, vals: list[ir.Value]) -> list[ir.Value]:
         v = vector(coords_now[0], b.mul(g, c64(p)))
         if not minmax:
             return [_combine(b, name, t.dtype, vals[0], v)]
-        # max/min: the non-NaN result chain is a plain maxps/minps (x > acc ? x : acc keeps
-        # acc on ties, as the ordered semantics do); NaNs are tracked on a separate, cheaper
-        # chain, so the loop is not bound by the latency of a NaN-aware select.
-        acc, seen = vals
-        better = b.fcmp_ordered(">" if name == "maximum" else "<", v, acc)
-        return [b.select(better, v, acc), b.or_(seen, b.fcmp_unordered("uno", v, v))]
+        # max/min: the result chain is a plain integer max/min of IEEE-ordered keys (one
+        # pmaxs/pmins per step, -0.0 < +0.0 for free); NaNs are tracked on a separate chain
+        # and replace the result by the canonical NaN at the end (the reference's rule).
+        key, seen = vals
+        k = sc.ordered_key(b, v)
+        better = b.icmp_signed(">" if largest else "<", k, key)
+        return [b.select(better, k, key), b.or_(seen, b.fcmp_unordered("uno", v, v))]
 
     coords_now: list[list[ir.Value]] = [[]]
 
@@ -132,12 +134,15 @@ def _fast_axis(em: Emitter, op: Op, take: Op, state: ClosedState) -> bool:
         coords_now[0] = coords
         if groups >= 1:
             first = vector(coords, c64(0))
-            inits = [first] + ([b.fcmp_unordered("uno", first, first)] if minmax else [])
+            if minmax:
+                inits = [sc.ordered_key(b, first), b.fcmp_unordered("uno", first, first)]
+            else:
+                inits = [first]
             vals = em.loop_carried(1, groups, inits, step, name="grp")
             acc = vals[0]
             if minmax:
-                nan = ir.Constant(vec_t, [float("nan")] * p)
-                acc = b.select(vals[1], nan, acc)
+                acc = b.select(vals[1], sc.canonical_nan(vec_t),
+                               sc.from_ordered_key(b, acc, vec_t))
             parts = [b.extract_element(acc, c64(k)) for k in range(p)]
             for k in range(n - groups * p):
                 parts[k] = _combine(b, name, t.dtype, parts[k],

@@ -9,6 +9,7 @@ LLVM never contracts a multiply and an add into an FMA.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 
 from llvmlite import ir
@@ -305,20 +306,81 @@ def _copysign(b: ir.IRBuilder, mag: ir.Value, sign: ir.Value) -> ir.Value:
     return _intrinsic(b, "llvm.copysign", mag, sign)
 
 
-def _extremum(pred: str) -> Binary:
-    """numpy's maximum (pred "ge") / minimum ("le"): x if (x pred y or x is NaN) else y —
-    NaN-propagating, the first operand on ties."""
+def _splat(ty: ir.Type, value: object) -> ir.Constant:
+    """A constant of scalar or vector type `ty` with every element `value`."""
+    if isinstance(ty, ir.VectorType):
+        return ir.Constant(ty, [value] * ty.count)
+    return ir.Constant(ty, value)
+
+
+def _int_like(ty: ir.Type) -> ir.Type:
+    """The integer (vector) type of the same width as float (vector) type `ty`."""
+    if isinstance(ty, ir.VectorType):
+        return ir.VectorType(_int_like(ty.element), ty.count)
+    return I64 if ty == F64 else I32
+
+
+# Canonical quiet NaN bits of the float register types (f16/bf16 values live in f32
+# registers: their canonical NaNs 0x7E00 / 0x7FC0 widen to exactly 0x7FC00000).
+_CANONICAL_NAN_BITS = {32: 0x7FC00000, 64: 0x7FF8000000000000}
+
+
+def canonical_nan(ty: ir.Type) -> ir.Constant:
+    """The canonical quiet NaN (sign clear) of float (vector) type `ty`, as a constant."""
+    element = ty.element if isinstance(ty, ir.VectorType) else ty
+    bits = _CANONICAL_NAN_BITS[64 if element == F64 else 32]
+    fmt = ("<Q", "<d") if element == F64 else ("<I", "<f")
+    value = struct.unpack(fmt[1], struct.pack(fmt[0], bits))[0]
+    return _splat(ty, value)
+
+
+def ieee_extremum(b: ir.IRBuilder, largest: bool, x: ir.Value, y: ir.Value) -> ir.Value:
+    """IEEE 754-2019 maximum (`largest`) / minimum of float scalars or vectors, the
+    reference interpreter's rule (backends/reference/rules_elementwise.py): a NaN operand
+    gives the canonical quiet NaN; -0.0 < +0.0; commutative and associative bit for bit.
+    On a tie the operands are equal, so their bit patterns differ at most in the sign:
+    AND of the bits keeps +0.0 (maximum), OR keeps -0.0 (minimum)."""
+    pick_x = b.fcmp_ordered(">" if largest else "<", x, y)
+    out = b.select(pick_x, x, y)
+    ity = _int_like(x.type)
+    xi, yi = b.bitcast(x, ity), b.bitcast(y, ity)
+    tie = b.bitcast(b.and_(xi, yi) if largest else b.or_(xi, yi), x.type)
+    out = b.select(b.fcmp_ordered("==", x, y), tie, out)
+    return b.select(b.fcmp_unordered("uno", x, y), canonical_nan(x.type), out)
+
+
+def ordered_key(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """Float (vector) → signed integer whose order is IEEE 754 total order on non-NaN values
+    (-0.0 < +0.0): flip the magnitude bits of negatives. The map is its own inverse
+    (`from_ordered_key`); a running integer max/min of keys is the IEEE maximum/minimum."""
+    ity = _int_like(x.type)
+    width = (ity.element if isinstance(ity, ir.VectorType) else ity).width
+    bits = b.bitcast(x, ity)
+    sign = b.ashr(bits, _splat(ity, width - 1))
+    return b.xor(bits, b.and_(sign, _splat(ity, (1 << (width - 1)) - 1)))
+
+
+def from_ordered_key(b: ir.IRBuilder, key: ir.Value, ty: ir.Type) -> ir.Value:
+    ity = key.type
+    width = (ity.element if isinstance(ity, ir.VectorType) else ity).width
+    sign = b.ashr(key, _splat(ity, width - 1))
+    return b.bitcast(b.xor(key, b.and_(sign, _splat(ity, (1 << (width - 1)) - 1))), ty)
+
+
+def _extremum(largest: bool) -> Binary:
+    """Floats: `ieee_extremum`. Integers: the larger / smaller operand."""
+    pred = "ge" if largest else "le"
+
     def emit(b: ir.IRBuilder, dtype: DType, x: ir.Value, y: ir.Value) -> ir.Value:
-        pick = compare(b, pred, dtype, x, y)
         if dtype.is_float:
-            pick = b.or_(pick, b.fcmp_unordered("uno", x, x))
-        return b.select(pick, x, y)
+            return ieee_extremum(b, largest, x, y)
+        return b.select(compare(b, pred, dtype, x, y), x, y)
 
     return emit
 
 
-BINARY["maximum"] = _extremum("ge")
-BINARY["minimum"] = _extremum("le")
+BINARY["maximum"] = _extremum(True)
+BINARY["minimum"] = _extremum(False)
 
 
 _FCMP = {"eq": ("ordered", "=="), "ne": ("unordered", "!="), "lt": ("ordered", "<"),

@@ -2,6 +2,20 @@
 
 Rules only rely on numpy broadcasting, so they also evaluate `map` bodies on whole arrays.
 Integer arithmetic wraps; float exceptions give inf/NaN silently (the run masks warnings).
+
+maximum / minimum on floats (and therefore `tn.max` / `tn.min` and every reduction order,
+whose combines are these ops) are IEEE 754-2019 `maximum` / `minimum`, not numpy's loops
+(which keep whichever operand their SIMD kernel happens to keep on a ±0 tie):
+
+- either operand NaN → the canonical quiet NaN of the result type, sign bit clear
+  (f32 0x7FC00000, f64 0x7FF8000000000000, f16 0x7E00, bf16 0x7FC0), whatever the
+  operands' payloads and signs, so every grouping of a reduction gives the same bits;
+- otherwise −0.0 < +0.0: maximum(−0.0, +0.0) = maximum(+0.0, −0.0) = +0.0 and
+  minimum(−0.0, +0.0) = minimum(+0.0, −0.0) = −0.0;
+- otherwise the larger (smaller) operand; equal non-zero operands are the same bits.
+
+The result is commutative and associative bit for bit, so a backend may regroup freely.
+Integers and bools use numpy's maximum / minimum (exact).
 """
 
 from __future__ import annotations
@@ -22,6 +36,33 @@ if TYPE_CHECKING:
 Binary = Callable[[np.ndarray, np.ndarray], Any]
 Unary = Callable[[np.ndarray], Any]
 
+def ieee_maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IEEE 754-2019 maximum on floats (see the module docstring); numpy's on the rest."""
+    return _extremum(a, b, largest=True)
+
+
+def ieee_minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IEEE 754-2019 minimum on floats (see the module docstring); numpy's on the rest."""
+    return _extremum(a, b, largest=False)
+
+
+def _extremum(a: np.ndarray, b: np.ndarray, *, largest: bool) -> np.ndarray:
+    a, b = np.asarray(a), np.asarray(b)
+    kind = np.result_type(a, b).kind
+    if kind != "f":
+        return (np.maximum if largest else np.minimum)(a, b)
+    dtype = np.result_type(a, b)
+    a, b = a.astype(dtype, copy=False), b.astype(dtype, copy=False)
+    pick_a = a > b if largest else a < b
+    out = np.where(pick_a, a, b)
+    # A ±0 tie: maximum keeps the operand without the sign bit, minimum the one with it.
+    tie = a == b
+    a_wins_tie = ~np.signbit(a) if largest else np.signbit(a)
+    out = np.where(tie & a_wins_tie, a, out)
+    # NaN: the canonical quiet NaN (np.nan's bits, converted), never an operand's payload.
+    return np.where(np.isnan(a) | np.isnan(b), np.array(np.nan, dtype=dtype), out)
+
+
 BINARY: dict[str, Binary] = {
     "add": np.add,
     "sub": np.subtract,
@@ -29,8 +70,8 @@ BINARY: dict[str, Binary] = {
     "div": np.true_divide,
     "floordiv": np.floor_divide,  # floor semantics, like Python, for ints and floats
     "mod": np.mod,  # sign of the divisor, like Python
-    "maximum": np.maximum,  # NaN-propagating
-    "minimum": np.minimum,
+    "maximum": ieee_maximum,  # IEEE 754-2019: canonical NaN, -0.0 < +0.0
+    "minimum": ieee_minimum,
     "and": np.bitwise_and,  # logical on bool
     "or": np.bitwise_or,
     "xor": np.bitwise_xor,
