@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilenest.errors import ShapeError
+from tilenest.errors import CaptureError, ShapeError
 from tilenest.ir.types import Dim
 
 __all__ = ["Axis", "Dim", "axis", "cdiv", "dim", "dims"]
@@ -59,7 +59,16 @@ def dim(label: str | None = None) -> Dim:
 
 
 def cdiv(a, b):
-    """Ceiling division of sizes or index values."""
+    """Ceiling division of sizes or index values: `tn.cdiv(N, BLOCK)`."""
+    from tilenest.lang.values import Index  # values imports layout, which imports dims
+
+    for side, x in (("first", a), ("second", b)):
+        if isinstance(x, bool) or not isinstance(x, (int, Index)):
+            raise CaptureError(f"tn.cdiv({a!r}, {b!r}): the {side} operand must be a Python int "
+                               f"or an index value, got {type(x).__name__}")
+    if isinstance(b, int) and b == 0:
+        raise ShapeError(f"tn.cdiv({a!r}, 0): division by zero (the block size must be "
+                         f"positive)")
     if isinstance(a, int) and isinstance(b, int):
         return -(-a // b)
     return (a + b - 1) // b

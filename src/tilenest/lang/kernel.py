@@ -12,17 +12,42 @@ from types import MappingProxyType
 from typing import Any
 
 from tilenest.config import TARGET, dump
-from tilenest.errors import ArgumentError, CaptureError, TileError
+from tilenest.errors import ArgumentError, CaptureError, TileError, is_internal
 from tilenest.ir.core import Function, Param, Region, SourceLoc, Value
-from tilenest.lang.context import capturing
+from tilenest.lang.context import active, capturing
 from tilenest.lang.rewrite import rewrite_function
 from tilenest.lang.views import TensorView
-from tilenest.runtime.args import RESERVED_NAMES, TensorArg, constant_key, describe_tensor
+from tilenest.runtime.args import (
+    RESERVED_NAMES,
+    TensorArg,
+    check_copies,
+    constant_key,
+    describe_tensor,
+    plain_tensor,
+)
 
 
 def _trimmed(err: TileError) -> TileError:
     """The error without tilenest's own frames (its message already names the user line)."""
     return err.with_traceback(None)
+
+
+def _user_exception(kernel_name: str, err: Exception) -> CaptureError | None:
+    """A Python exception raised by the kernel's own code at capture (`M, K = X.shape` on a
+    rank-1 argument, a failed `assert`, a bad index) as a CaptureError at that line; an
+    exception raised inside tilenest is a tilenest bug and stays as it is (None)."""
+    tb = err.__traceback__
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    if last is None or is_internal(last.tb_frame.f_code.co_filename):
+        return None
+    frame = last.tb_frame
+    filename, lineno = frame.f_code.co_filename, last.tb_lineno
+    loc = SourceLoc(filename, lineno, linecache.getline(filename, lineno).rstrip("\n"))
+    return CaptureError(f"capturing kernel `{kernel_name}` raised {type(err).__name__}: {err}",
+                        loc=loc)
 
 
 def _parameter_loc(fn: Callable[..., Any], name: str) -> SourceLoc | None:
@@ -207,6 +232,12 @@ class Kernel:
 
     # -- binding and specialization
     def _bind(self, args: tuple, kwargs: dict[str, Any]) -> tuple[dict, dict, tuple]:
+        outer = active()
+        if outer is not None:
+            raise CaptureError(
+                f"kernel `{self.name}` is called while kernel `{outer.function.name}` is being "
+                f"captured: a kernel cannot call a kernel (or itself); share code between "
+                f"kernels through a @tn.func helper called from both")
         tensors: dict[str, Any] = {}
         if len(args) > len(self.tensor_params):
             raise ArgumentError(f"kernel `{self.name}` takes {len(self.tensor_params)} tensor "
@@ -227,6 +258,12 @@ class Kernel:
         missing = [n for n in self.tensor_params if n not in tensors]
         if missing:
             raise ArgumentError(f"kernel `{self.name}`: missing tensor arguments {missing}")
+        copies: dict[str, Any] = {}
+        for name in self.tensor_params:
+            plain, copied = plain_tensor(tensors[name], name)
+            if copied:
+                copies[name] = tensors[name]
+            tensors[name] = plain
         for name, default in self.const_params.items():
             if name not in consts:
                 if default is inspect.Parameter.empty:
@@ -235,6 +272,12 @@ class Kernel:
         described = {n: describe_tensor(tensors[n], n) for n in self.tensor_params}
         key = (tuple(described[n].key() for n in self.tensor_params),
                tuple(constant_key(n, consts[n]) for n in sorted(consts)))
+        if copies:
+            fn = self._functions.get(key)
+            if fn is None:  # the copies' check needs to know which tensors are written
+                fn = self.capture(described, consts)
+                self._functions[key] = fn
+            check_copies(fn, copies, tensors)
         return tensors, consts, key
 
     def capture(self, described: dict[str, TensorArg], consts: dict[str, Any]) -> Function:
@@ -246,7 +289,15 @@ class Kernel:
         fn = Function(self.name, params, dict(consts), Region())
         views = [TensorView(p.name, p.value) for p in params]
         with capturing(fn):
-            out = self._rewritten(*views, **consts)
+            try:
+                out = self._rewritten(*views, **consts)
+            except TileError:
+                raise
+            except Exception as e:
+                wrapped = _user_exception(self.name, e)
+                if wrapped is None:
+                    raise
+                raise wrapped from e
         if out is not None:
             raise CaptureError(f"kernel `{self.name}` returned a value; kernels write their "
                                f"results with .store(...) and return nothing",

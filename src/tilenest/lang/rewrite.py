@@ -218,6 +218,17 @@ class _Runtime:
         return value
 
 
+def _drop_definition_time_expressions(args: ast.arguments) -> None:
+    """Defaults and annotations are evaluated where the original `def` ran, in scopes the
+    rewritten function cannot see (a default bound to a closure variable of an enclosing
+    function); the originals' values are restored on the new function instead."""
+    args.defaults = [ast.Constant(None) for _ in args.defaults]
+    args.kw_defaults = [None if d is None else ast.Constant(None) for d in args.kw_defaults]
+    for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+        if a is not None:
+            a.annotation = None
+
+
 def rewrite_function(fn: Callable[..., Any], is_kernel: bool = False) -> Callable[..., Any]:
     """The function with its loops rewritten; the original if its source is unavailable.
 
@@ -231,9 +242,14 @@ def rewrite_function(fn: Callable[..., Any], is_kernel: bool = False) -> Callabl
     if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return fn
     fdef.decorator_list = []
+    _drop_definition_time_expressions(fdef.args)
+    fdef.returns = None
     code = fn.__code__
     ast.increment_lineno(tree, code.co_firstlineno - 1)
     fdef = _LoopRewriter().visit(fdef)
+    # Inside the factory a `def` of the original name would shadow the module's binding: a
+    # kernel that names itself would reach the raw rewritten body instead of the kernel.
+    fdef.name = f"{_PREFIX}body"
     if is_kernel:
         fdef.body = [_ReturnRewriter().visit(stmt) for stmt in fdef.body]
     freevars = list(code.co_freevars)
@@ -252,6 +268,8 @@ def rewrite_function(fn: Callable[..., Any], is_kernel: bool = False) -> Callabl
     exec(compiled, fn.__globals__, namespace)
     cells = [c.cell_contents for c in (fn.__closure__ or ())]
     new_fn = namespace[f"{_PREFIX}factory"](_Runtime(code.co_filename, code.co_name), *cells)
+    new_fn.__name__, new_fn.__qualname__ = fn.__name__, fn.__qualname__
     new_fn.__defaults__ = fn.__defaults__
     new_fn.__kwdefaults__ = fn.__kwdefaults__
+    new_fn.__annotations__ = dict(fn.__annotations__)
     return new_fn

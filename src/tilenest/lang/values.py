@@ -78,6 +78,13 @@ class Index:
     def __truediv__(self, o): return binary("div", self, o)
     def __rtruediv__(self, o): return binary("div", o, self)
 
+    def __pow__(self, n: Any) -> Index | Tile:
+        if isinstance(n, float) or isinstance(n, Tile):
+            return power(index_to_tile(self, dt.i32), n)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise CaptureError(f"index ** n needs a Python int n >= 0, got {_describe(n)}")
+        return _repeated(lambda a, b: a * b, self, n, lambda: as_index(1))
+
     def _cmp(self, pred: str, other: Any) -> Tile:
         if isinstance(other, Tile) or isinstance(other, float):
             return compare(pred, self, other)
@@ -186,6 +193,70 @@ class Tile:
     def __ge__(self, o): return compare("ge", self, o)
     def __eq__(self, o): return compare("eq", self, o)  # type: ignore[override]
     def __ne__(self, o): return compare("ne", self, o)  # type: ignore[override]
+    def __pow__(self, n): return power(self, n)
+    def __divmod__(self, o): return binary("floordiv", self, o), binary("mod", self, o)
+    def __rdivmod__(self, o): return binary("floordiv", o, self), binary("mod", o, self)
+
+    def __rpow__(self, base: Any) -> Tile:
+        raise CaptureError(f"{_describe(base)} ** Tile: a Tile exponent is not supported; "
+                           f"write tn.exp(t * math.log(base)) for a positive base")
+
+    def __matmul__(self, other: Any) -> Tile:
+        raise CaptureError("`@` is not defined on Tiles: use tn.mma(a, b, acc), which "
+                           "contracts the dimension that a and b share (and accumulates into "
+                           "acc, e.g. tn.zeros((m, n), tn.f32))")
+
+    __rmatmul__ = __matmul__
+
+    def __index__(self) -> int:
+        raise CaptureError("a Tile is not a Python number at capture time (its value is only "
+                           "known when the kernel runs); it cannot size a shape, index a list "
+                           "or convert with int()/float()")
+
+    __int__ = __float__ = __complex__ = __index__
+
+    def __round__(self, ndigits: Any = None) -> Tile:
+        raise CaptureError("round() of a Tile is not supported; convert with .astype(...)")
+
+
+def _repeated(mul: Any, x: Any, n: int, one: Any) -> Any:
+    """x ** n for an int n >= 0 by square-and-multiply (deterministic, ~2 log2 n products)."""
+    result = None
+    square = x
+    while n:
+        if n & 1:
+            result = square if result is None else mul(result, square)
+        n >>= 1
+        if n:
+            square = mul(square, square)
+    return one() if result is None else result
+
+
+def power(x: Tile, n: Any) -> Tile:
+    """`t ** n` for a Python int or float n (DESIGN §3a): integral n by exact products (a
+    negative n on floats is 1 / t**-n), n = ±0.5 by sqrt, any other n as exp(n * log t)."""
+    if isinstance(n, Index) or isinstance(n, Tile) or isinstance(n, bool) \
+            or not isinstance(n, (int, float)):
+        raise CaptureError(f"t ** n needs a Python int or float exponent, got {_describe(n)}; "
+                           f"for an elementwise exponent write tn.exp(n * tn.log(t))")
+    if isinstance(n, float) and n == int(n) and abs(n) < 2 ** 63:
+        if not x.dtype.is_float:
+            x = cast(x, dt.f32)
+        n = int(n)
+    if isinstance(n, int):
+        if n < 0 and not x.dtype.is_float:
+            raise DTypeError(f"{x.dtype} tile ** {n}: integer tiles to negative powers are not "
+                             f"defined; convert first with .astype(tn.f32)")
+        one = lambda: constant(1, x.dtype, Layout(x.dims, x.shape))  # noqa: E731
+        pos = _repeated(lambda a, b: a * b, x, abs(n), one)
+        return pos if n >= 0 else binary("div", one(), pos)
+    if not x.dtype.is_float:
+        x = cast(x, dt.f32)
+    if n == 0.5:
+        return unary("sqrt", x)
+    if n == -0.5:
+        return binary("div", 1.0, unary("sqrt", x))
+    return unary("exp", binary("mul", unary("log", x), n))
 
 
 # ---------------------------------------------------------------------------- coercion
@@ -320,3 +391,31 @@ def unary(name: str, a: Any) -> Tile:
         x = cast(x, dt.f32)
     _check_kind(name, x.dtype, kinds)
     return Tile(emit(name, (x.value,), (x.type,)).result)
+
+
+# ---------------------------------------------------------------------------- unsupported operators
+
+
+def _unsupported(kind: str, symbol: str, hint: str):
+    def fail(self: Any, *args: Any) -> Any:
+        raise CaptureError(f"`{symbol}` is not defined on {kind}s; {hint}")
+
+    return fail
+
+
+# Python would raise a bare TypeError for these; say what is accepted instead.
+_INDEX_UNSUPPORTED = {
+    ("__and__", "__rand__"): "&", ("__or__", "__ror__"): "|", ("__xor__", "__rxor__"): "^",
+    ("__lshift__", "__rlshift__"): "<<", ("__rshift__", "__rrshift__"): ">>",
+    ("__matmul__", "__rmatmul__"): "@", ("__invert__",): "~", ("__abs__",): "abs()",
+    ("__rpow__",): "**", ("__round__",): "round()",
+}
+for _names, _symbol in _INDEX_UNSUPPORTED.items():
+    for _name in _names:
+        setattr(Index, _name, _unsupported(
+            "index value", _symbol, "index values support + - * // %, ** with an int exponent, "
+            "and comparisons (mixed with a Tile, an index value acts as an integer scalar)"))
+for _name in ("__lshift__", "__rlshift__", "__rshift__", "__rrshift__"):
+    setattr(Tile, _name, _unsupported("Tile", "<<" if "lshift" in _name else ">>",
+                                      "shifts are not supported; multiply or floor-divide by a "
+                                      "power of two"))

@@ -14,6 +14,27 @@ from tilenest.lang.layout import Layout, align_to_region, describe
 from tilenest.lang.values import Index, Tile, as_index, broadcast_to, cast, is_scalar, unify
 
 
+class _Sizes(tuple):
+    """`X.shape` / `X.strides`: a tuple whose out-of-range index names the argument's rank."""
+
+    owner: str
+    what: str
+
+    def __getitem__(self, key: Any) -> Any:
+        try:
+            return tuple.__getitem__(self, key)
+        except IndexError:
+            raise ShapeError(f"{self.owner}.{self.what}[{key!r}] is out of range: "
+                             f"{self.owner} has rank {len(self)} ({self.what} "
+                             f"{tuple(self)})") from None
+
+
+def _sizes(values: tuple[int, ...], owner: str, what: str) -> tuple[int, ...]:
+    sizes = _Sizes(values)
+    sizes.owner, sizes.what = owner, what
+    return sizes
+
+
 class TensorView:
     """A tensor argument inside a kernel: static shape, dtype, strides and dims."""
 
@@ -34,11 +55,11 @@ class TensorView:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.type.shape
+        return _sizes(self.type.shape, self.name, "shape")
 
     @property
     def strides(self) -> tuple[int, ...]:
-        return self.type.strides
+        return _sizes(self.type.strides, self.name, "strides")
 
     @property
     def dtype(self) -> DType:

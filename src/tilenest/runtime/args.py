@@ -37,12 +37,82 @@ class TensorArg:
         return (self.kind, self.device, t.dtype.name, t.shape, t.strides)
 
 
+def plain_tensor(x: Any, name: str) -> tuple[Any, bool]:
+    """The tensor a kernel reads and writes for argument `x`, and whether it is a copy.
+
+    Kernels address plain strided memory. An input whose memory does not mean its values
+    is rejected, or, where a copy has the same values (torch's lazy negation and conjugation
+    bits: `c.conj().imag`), replaced by that copy; the caller then checks that the kernel
+    does not write it (`written_copies`)."""
+    if type(x) is np.ndarray:
+        if not x.flags.aligned:
+            raise ArgumentError(f"argument `{name}`: the array's data is not aligned to its "
+                                f"element size; pass an aligned copy (np.array(x))")
+        return x, False
+    if isinstance(x, np.ndarray):
+        if isinstance(x, np.ma.MaskedArray):
+            raise ArgumentError(f"argument `{name}` is a numpy masked array: kernels read "
+                                f"memory and would ignore the mask; pass x.filled(value) or "
+                                f"x.data explicitly")
+        return plain_tensor(x.view(np.ndarray), name)  # np.matrix, np.memmap: same memory
+    if not is_torch_tensor(x):
+        return x, False
+    import torch
+
+    if x.layout is not torch.strided or x.is_nested:
+        layout = "nested" if x.is_nested else str(x.layout).removeprefix("torch.")
+        fix = "torch.nested.to_padded_tensor(x, 0.0)" if x.is_nested else "x.to_dense()"
+        raise ArgumentError(f"argument `{name}` is a torch tensor with the {layout} layout; "
+                            f"kernels take strided tensors (convert with {fix})")
+    if x.is_quantized:
+        raise ArgumentError(f"argument `{name}` is a quantized torch tensor ({x.dtype}); pass "
+                            f".dequantize() or .int_repr()")
+    if x.device.type not in ("cpu", "cuda"):
+        raise ArgumentError(f"argument `{name}` is on device {x.device.type!r}, which holds no "
+                            f"memory tilenest can address (accepted: cpu, cuda)")
+    if x.is_neg() or x.is_conj():
+        return x.resolve_neg().resolve_conj(), True
+    return x, False
+
+
+def written_params(fn: Any) -> frozenset[str]:
+    """The tensor parameters that `fn` stores into."""
+    names = {p.value: p.name for p in fn.params}
+    return frozenset(names[op.operands[0]] for op in fn.walk()
+                     if op.name == "store" and op.operands and op.operands[0] in names)
+
+
+def check_copies(fn: Any, copies: dict[str, Any], tensors: dict[str, Any]) -> None:
+    """A resolved copy is only the argument's meaning when the kernel never writes it and
+    never writes memory it shares (a later load of the copy would miss such a store)."""
+    written = written_params(fn)
+    for name, original in copies.items():
+        if name in written:
+            raise ArgumentError(
+                f"argument `{name}` is a torch tensor with the negative or conjugate bit set "
+                f"(a lazy view such as c.conj().imag) and the kernel writes it: its memory "
+                f"does not hold its values. Pass a plain tensor (x.resolve_neg()) and copy "
+                f"the result back")
+        storage = original.untyped_storage().data_ptr()
+        for other in written:
+            t = tensors[other]
+            if is_torch_tensor(t) and t.untyped_storage().data_ptr() == storage:
+                raise ArgumentError(
+                    f"argument `{name}` has torch's negative or conjugate bit set and shares "
+                    f"memory with `{other}`, which the kernel writes; tilenest reads such an "
+                    f"input from a resolved copy, which would miss those writes. Pass "
+                    f"x.resolve_neg() explicitly")
+
+
 def describe_tensor(x: Any, name: str) -> TensorArg:
     if isinstance(x, np.ndarray):
         d = dt.from_numpy(x.dtype)
         if d is None:
-            raise ArgumentError(f"argument `{name}`: numpy dtype {x.dtype} is not supported "
-                                f"(supported: {', '.join(t.name for t in dt.ALL_DTYPES)})")
+            order = (" in non-native byte order (pass x.astype(x.dtype.newbyteorder('=')))"
+                     if not x.dtype.isnative else "")
+            raise ArgumentError(f"argument `{name}`: numpy dtype {x.dtype}{order} is not "
+                                f"supported (supported: "
+                                f"{', '.join(t.name for t in dt.ALL_DTYPES)})")
         strides = []
         for s in x.strides:
             if s % x.itemsize:
