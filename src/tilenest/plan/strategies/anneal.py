@@ -47,8 +47,8 @@ def anneal(ev: Evaluator, rng: random.Random, opts: Any) -> None:
         temp = T_START * (T_END / T_START) ** min(1.0, frac)
         q = space.point(space.random_index(rng)) if rng.random() < JUMP else \
             space.random_neighbour(cur, rng)
-        if q is None:
-            break
+        if q is None:  # the move lands on a base without expansions
+            continue
         cost = ev.evaluate(q)
         if cost is None:
             break
