@@ -153,7 +153,7 @@ def cast(b: ir.IRBuilder, src: DType, dst: DType, v: ir.Value) -> ir.Value:
             conv = b.fptrunc(b.sitofp(v, F64) if src.kind == "int" else b.uitofp(v, F64), F32)
         return round_to(b, dst, conv)
     if src.is_float and dst.is_int:
-        return b.fptosi(v, dt_) if dst.kind == "int" else b.fptoui(v, dt_)
+        return saturating_float_to_int(b, dst, v)
     # float -> float
     if dst.name == "f16":
         return b.fpext(b.fptrunc(v, F16), F32)
@@ -162,6 +162,21 @@ def cast(b: ir.IRBuilder, src: DType, dst: DType, v: ir.Value) -> ir.Value:
     if st == dt_:
         return v
     return b.fpext(v, dt_) if dt_ == F64 else b.fptrunc(v, dt_)
+
+
+def saturating_float_to_int(b: ir.IRBuilder, dst: DType, v: ir.Value) -> ir.Value:
+    """The reference's float→int rule (reference/numerics.py `saturating_float_to_int`):
+    NaN → 0, truncation toward zero, saturation at the type's bounds. Plain fptosi/fptoui
+    would be poison outside the range; LLVM's `.sat` intrinsics are exactly the rule."""
+    dt_ = reg_type(dst)
+    if isinstance(v.type, ir.VectorType):
+        dt_ = ir.VectorType(dt_, v.type.count)
+    name = "llvm.fptosi.sat" if dst.kind == "int" else "llvm.fptoui.sat"
+    full = f"{name}.{_type_suffix(dt_)}.{_type_suffix(v.type)}"
+    fn = b.module.globals.get(full)
+    if fn is None:
+        fn = ir.Function(b.module, ir.FunctionType(dt_, [v.type]), full)
+    return b.call(fn, [v])
 
 
 # ---------------------------------------------------------------------------- binary ops

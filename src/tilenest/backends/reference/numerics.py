@@ -68,6 +68,40 @@ def f32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
     return bits.astype(np.uint16).view(np.int16).reshape(a.shape)
 
 
+def saturating_float_to_int(a: np.ndarray, dst: DType) -> np.ndarray:
+    """`.astype(int type)` of floats, defined for every input (every backend matches this):
+
+    - NaN → 0;
+    - otherwise truncate toward zero (t = trunc(x); -0.0 and (-1, 1) give 0);
+    - t greater than the largest value of `dst` (+inf included) → that largest value
+      (i32: 2**31 - 1, i64: 2**63 - 1, u32: 2**32 - 1, u64: 2**64 - 1);
+    - t less than the smallest value of `dst` (-inf included) → that smallest value
+      (i32: -2**31, i64: -2**63; for u32/u64 every negative t is 0);
+    - otherwise t exactly.
+
+    This is LLVM's `fptosi.sat` / `fptoui.sat` (and CUDA's cvt.rzi.sat); the comparison is
+    exact: it is done on the (exactly widened) float64 value against the powers of two
+    bounding the range.
+    """
+    info = np.iinfo(dst.numpy)
+    t = np.trunc(np.asarray(a, dtype=np.float64))
+    nan = np.isnan(t)
+    above = t >= float(int(info.max) + 1)  # a power of two: exact in float64
+    below = t < float(int(info.min))  # 0 or -2**(bits-1): exact
+    out_of_range = nan | above | below
+    safe = np.where(out_of_range, 0.0, t)
+    if dst.kind == "uint" and dst.bits == 64:
+        # [2**63, 2**64) does not fit int64 on the way: convert the high half separately.
+        big = safe >= 2.0**63
+        low = np.where(big, 0.0, safe).astype(np.int64).astype(np.uint64)
+        high = np.where(big, safe - 2.0**63, 0.0).astype(np.uint64) + np.uint64(1 << 63)
+        exact = np.where(big, high, low)
+    else:
+        exact = safe.astype(np.int64).astype(dst.numpy)
+    lo, hi = np.array(info.min, dst.numpy), np.array(info.max, dst.numpy)
+    return np.asarray(np.where(above, hi, np.where(below, lo, exact)).astype(dst.numpy))
+
+
 class Numerics:
     """Holder types and rounding of one precision mode."""
 
@@ -104,21 +138,13 @@ class Numerics:
         return self.finish(np.array(float(value), dtype=np.float64), dtype)
 
     def cast(self, a: np.ndarray, src: DType, dst: DType) -> np.ndarray:
-        """Element type conversion: float→int truncates, →bool is x != 0, →bf16 is RNE."""
+        """Element type conversion: float→int saturates (`saturating_float_to_int`), →bool is
+        x != 0, →bf16 is RNE, int→int wraps (two's complement)."""
         if dst.is_bool:
             return np.asarray(a != 0)
         if dst.is_int:
             if a.dtype.kind == "f":
-                a = np.trunc(a)
-                # Out-of-range floats (and NaN) have no defined integer; pass through int64
-                # first so that values in [2^63, 2^64) of u64 are not lost on the way.
-                if dst.kind == "uint" and dst.bits == 64:
-                    big = a >= 2.0**63
-                    low = np.where(big, 0.0, a).astype(np.int64).astype(np.uint64)
-                    high = (np.where(big, a - 2.0**63, 0.0).astype(np.uint64)
-                            + np.uint64(1 << 63))
-                    return np.asarray(np.where(big, high, low))
-                return np.asarray(a.astype(np.int64).astype(dst.numpy))
+                return saturating_float_to_int(a, dst)
             return np.asarray(a.astype(dst.numpy))
         if a.dtype.kind == "b":
             a = a.astype(np.float64)
