@@ -219,7 +219,8 @@ class Emitter:
             cond = b.call(fn, [cond])
         assert self.status is not None
         with b.if_then(cond, likely=False):
-            b.store(ir.Constant(sc.I32, code), self.status)
+            # Atomic: the programs of one call run on several threads and may all flag.
+            b.store_atomic(ir.Constant(sc.I32, code), self.status, "monotonic", 4)
 
     def loc_of(self, op: Op) -> str:
         return str(op.loc) if op.loc is not None else "?"

@@ -76,7 +76,6 @@ class CpuExecutable:
         self._safe: Build | None = None
         stored = {op.operands[0] for op in fn.walk() if op.name == "store"}
         self.written = [p.value in stored for p in fn.params]
-        self.status = np.zeros(1, np.int32)
         self.last_build = "fast"
 
     @property
@@ -103,9 +102,11 @@ class CpuExecutable:
                   for p, w in zip(params, self.written, strict=True)]
         build = self._choose(ranges)
         self.last_build = "fast" if build is self.fast else "safe"
-        self.status[0] = 0
+        # The status word belongs to this call: concurrent calls of one executable from
+        # several threads must not see (or clear) each other's run-time errors.
+        status = ctypes.c_int32(0)
         ptrs = (ctypes.c_void_p * (len(params) + 1))(
-            *[r[0] for r in ranges], self.status.ctypes.data)
+            *[r[0] for r in ranges], ctypes.addressof(status))
         addr = ctypes.addressof(ptrs)
         grain = max(1, self.plan.block_size * self.plan.blocks_per_task)
         for spec, entry in zip(build.lowered.phases, build.entries, strict=True):
@@ -115,7 +116,7 @@ class CpuExecutable:
                 entry(addr, 0, spec.programs)
             else:
                 default_pool().run(entry, addr, spec.programs, grain)
-        code = int(self.status[0])
+        code = status.value
         if code:
             errors = build.lowered.errors
             what = errors[code - 1] if 0 < code <= len(errors) else f"error code {code}"
