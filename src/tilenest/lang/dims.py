@@ -9,6 +9,8 @@ from tilenest.ir.types import Dim
 
 __all__ = ["Axis", "Dim", "axis", "cdiv", "dim", "dims"]
 
+_I64_MAX = 2 ** 63 - 1  # backends compute coordinates in 64-bit integers
+
 
 @dataclass(frozen=True, eq=False)
 class Axis:
@@ -44,6 +46,9 @@ def axis(label: str | Dim | None, extent: int) -> Axis:
         raise ShapeError(f"an axis extent must be a Python int known at capture, got {extent!r}")
     if extent < 0:
         raise ShapeError(f"an axis extent must be >= 0, got {extent}")
+    if extent > _I64_MAX:
+        raise ShapeError(f"an axis extent must fit a 64-bit index (at most {_I64_MAX}), got "
+                         f"{extent}")
     d = label if isinstance(label, Dim) else Dim(label)
     return Axis(d, extent)
 

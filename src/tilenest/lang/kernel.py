@@ -302,9 +302,11 @@ class Kernel:
             raise CaptureError(f"kernel `{self.name}` returned a value; kernels write their "
                                f"results with .store(...) and return nothing",
                                loc=None)
+        from tilenest.analysis.index_ranges import check_index_ranges
         from tilenest.ir.verify import verify
 
         verify(fn)
+        check_index_ranges(fn)  # index arithmetic that would wrap in 64 bits fails here
         dump("ir", fn.name, "tir", lambda: str(fn))
         return fn
 

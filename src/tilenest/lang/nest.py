@@ -39,6 +39,9 @@ def parse_domain(args: tuple[Any, ...], what: str) -> tuple[tuple[Axis, ...], Ex
         elif isinstance(a, int) and not isinstance(a, bool):
             if a < 0:
                 raise ShapeError(f"{what}: negative extent {a}")
+            if a > 2 ** 63 - 1:
+                raise ShapeError(f"{what}: extent {a} does not fit a 64-bit index (at most "
+                                 f"{2 ** 63 - 1})")
             axes.append(Axis(Dim(None, anonymous=True), a))
         elif isinstance(a, Index):
             raise CaptureError(f"{what}: extents must be known at capture (Python ints); "
