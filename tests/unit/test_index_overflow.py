@@ -162,3 +162,23 @@ def test_interval_rules_bound_every_value(name):
             assert lo <= min(exact) and max(exact) <= hi, (name, a, b, lo, hi)
             if name not in ("index.mod",):  # the others are exact
                 assert (lo, hi) == (min(exact), max(exact)), (name, a, b, lo, hi)
+
+
+@tn.kernel
+def add_constant(X, *, C=2 ** 40):
+    for _p in tn.parallel(1):
+        X.tile((0,), (4,)).store(X.tile((0,), (4,)).load() + C)  # at: int-const
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_integer_constant_outside_the_tile_dtype_is_rejected(target):
+    x = np.ones(4, np.int32)
+    with pytest.raises(tn.DTypeError, match="does not fit i32") as err:
+        add_constant(x, target=target)  # it used to wrap silently to x + 0
+    points_at(err, "int-const")
+    assert (x == 1).all()
+    with pytest.raises(tn.DTypeError, match="does not fit u32"):
+        add_constant(np.ones(4, np.uint32), C=-1, target=target)
+    wide = np.ones(4, np.int64)
+    add_constant(wide, target=target)
+    np.testing.assert_array_equal(wide, np.int64(1) + 2 ** 40)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from tilenest.errors import CaptureError, DTypeError
 from tilenest.ir import dtypes as dt
 from tilenest.ir.core import Value
@@ -282,6 +284,11 @@ def constant(value: Scalar, dtype: DType, layout: Layout | None = None) -> Tile:
         v = bool(value)
     elif dtype.is_int:
         v = int(value)
+        info = np.iinfo(dtype.numpy)
+        if not info.min <= v <= info.max:
+            # numpy (NEP 50) refuses this too; a silent wrap would change the program.
+            raise DTypeError(f"the constant {v} does not fit {dtype} (range {info.min} to "
+                             f"{info.max}); widen the tile first with .astype(...)")
     elif dtype.is_float:
         v = float(value)
     return Tile(emit("full", (), (TileType(dtype, dims, shape),), {"value": v}).result)
