@@ -8,6 +8,7 @@ long-running programs) may change them.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -108,10 +109,16 @@ def _cache_dir(text: str) -> Path:
     return path
 
 
+@functools.cache
+def cores() -> int:
+    """`os.cpu_count()`, asked once: it reads /sys on every call, and the pool asks per launch."""
+    return os.cpu_count() or 1
+
+
 def max_threads() -> int:
     """The most worker threads `TILENEST_NUM_THREADS` may ask for: more than 4 per core only
     adds threads that never run at the same time (and each holds a stack)."""
-    return max(256, 4 * (os.cpu_count() or 1))
+    return max(256, 4 * cores())
 
 
 def _threads(text: str) -> int:
@@ -172,7 +179,7 @@ CACHE_DIR = _register(Knob(
     "~/.cache/tilenest)", _cache_dir, lambda: None))
 NUM_THREADS = _register(Knob(
     "TILENEST_NUM_THREADS", f"an integer from 1 to {max_threads()} (unset: one per core)",
-    _threads, lambda: os.cpu_count() or 1))
+    _threads, cores))
 VECTOR_BITS = _register(Knob(
     "TILENEST_VECTOR_BITS", f"one of {', '.join(map(str, VECTOR_BITS_VALUES))} (a cap on the "
     "cpu target's vector register width; unset: the host's)", _vector_bits, lambda: None))

@@ -49,6 +49,10 @@ _MAGIC = b"TNCACHE1"
 _MAC_SIZE = hashlib.sha256().digest_size
 _KEY_FILE = ".hmac-key"
 _KEY_SIZE = 32
+# Open for reading without following a symlink or blocking on a FIFO (flags absent elsewhere
+# than POSIX count as 0).
+_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | getattr(os, "O_CLOEXEC", 0))
 
 
 class UnsafeCacheWarning(UserWarning):
@@ -127,7 +131,7 @@ def secure_directory(directory: Path, fallback: str = "compiling without a disk 
 def read_regular(path: Path) -> bytes:
     """The bytes of a regular file, without following a symlink or blocking on a FIFO;
     OSError when it is neither readable nor regular."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(path, _READ_FLAGS)
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{path} is not a regular file")
@@ -153,7 +157,7 @@ def write_atomic(directory: Path, name: str, data: bytes) -> None:
 def _trusted_key(path: Path) -> bytes | None:
     """The secret in `path` when it is a private 32-byte regular file of this user."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, _READ_FLAGS)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as f:
