@@ -8,7 +8,8 @@ row, the log cost ratio of a one-group probe from the reference point (rejected 
 weigh the most, unprobed rows the least, so the solver explores them first). The planner's
 own policy ranks every proposed point; the solver's bound is a bound on the surrogate only,
 so no lower bound is reported. An infeasible model after the no-goods means every point was
-explored (status `exact`).
+explored (status `exact`). As seed 000 suggests for such hybrids, a beam from the proposals
+spends what is left of the budget.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import random
 from typing import Any
 
 from tilenest.errors import ArgumentError
+from tilenest.plan.strategies.beam import beam
 from tilenest.plan.strategies.evaluator import REJECTED, Evaluator
 from tilenest.plan.strategies.space import EXP, Point
 
 SCALE = 1000          # surrogate weights are integers: log-ratio x SCALE
 PENALTY = 20 * SCALE  # a rejected probe's row
-MAX_SOLVES = 256
+MAX_SOLVES = 32       # proposals; the rest of the budget polishes them with a beam
+SOLVE_WORK = 1.0      # deterministic-time limit per solve (reproducible, unlike seconds)
 PROBE_SHARE = 0.5     # of the budget, at most, for the one-group probes
 
 
@@ -93,19 +96,19 @@ def cpsat(ev: Evaluator, rng: random.Random, opts: Any, seed: int = 0) -> None:
                                              - math.log(base_cost + 1e-30)))
 
     model = cp_model.CpModel()
-    xa = [model.NewBoolVar(f"a{i}") for i in range(len(rows_a))]
-    xb = [model.NewBoolVar(f"b{i}") for i in range(len(rows_b))]
-    xe = [model.NewBoolVar(f"e{i}") for i in rows_e]
+    xa = [model.new_bool_var(f"a{i}") for i in range(len(rows_a))]
+    xb = [model.new_bool_var(f"b{i}") for i in range(len(rows_b))]
+    xe = [model.new_bool_var(f"e{i}") for i in rows_e]
     for xs in (xa, xb, xe):
-        model.AddExactlyOne(xs)
+        model.add_exactly_one(xs)
     if space.exp_off is not None:  # a base's expansion list bounds the expansion digit
         for a in range(len(rows_a)):
             for b in range(len(rows_b)):
                 n = space.radix(point(a, b, 0), EXP)
                 for e in range(n, max_e):
-                    model.AddBoolOr([xa[a].Not(), xb[b].Not(), xe[e].Not()])
+                    model.add_bool_or([xa[a].negated(), xb[b].negated(), xe[e].negated()])
     floor = {g: min(w.values(), default=0) for g, w in weights.items()}
-    model.Minimize(sum(weights[g].get(i, floor[g]) * x for g, xs in
+    model.minimize(sum(weights[g].get(i, floor[g]) * x for g, xs in
                        (("a", xa), ("b", xb), ("e", xe)) for i, x in enumerate(xs)))
     row_a = {r: i for i, r in enumerate(rows_a)}
     row_b = {r: i for i, r in enumerate(rows_b)}
@@ -113,22 +116,27 @@ def cpsat(ev: Evaluator, rng: random.Random, opts: Any, seed: int = 0) -> None:
     def forbid(index: int) -> None:
         p = space.point(index)
         a, b = row_a[(p[0], p[4])], row_b[(p[1], p[2], p[3])]
-        model.AddBoolOr([xa[a].Not(), xb[b].Not(), xe[p[EXP]].Not()])
+        model.add_bool_or([xa[a].negated(), xb[b].negated(), xe[p[EXP]].negated()])
 
     for index in (*ev.admitted, *ev.rejected):
         forbid(index)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1  # deterministic for a seed
     solver.parameters.random_seed = seed
+    solver.parameters.max_deterministic_time = SOLVE_WORK
     for _ in range(MAX_SOLVES):
         if ev.remaining <= 0:
             return
-        status = solver.Solve(model)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        status = solver.solve(model)
+        if status == cp_model.INFEASIBLE:
             return  # every point is forbidden: all were explored
-        a = next(i for i, x in enumerate(xa) if solver.Value(x))
-        b = next(i for i, x in enumerate(xb) if solver.Value(x))
-        e = next(i for i, x in enumerate(xe) if solver.Value(x))
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            break
+        a = next(i for i, x in enumerate(xa) if solver.value(x))
+        b = next(i for i, x in enumerate(xb) if solver.value(x))
+        e = next(i for i, x in enumerate(xe) if solver.value(x))
         index = space.index(point(a, b, e))
         ev.evaluate(index)
         forbid(index)
+    if ev.remaining > 0:
+        beam(ev, rng, opts, start=ev.ranked(opts.beam_width))
