@@ -239,10 +239,11 @@ def test_budget_overflow_is_an_error() -> None:
     x, y = _xy()
     fn = _fn(scale2d, x, y)
     with pytest.raises(PlanningBudgetError, match="constraints"):
-        plan(fn, _info(), PlannerOptions(budget=5))
+        plan(fn, _info(), PlannerOptions(budget=5, strategy="exhaustive"))
     with pytest.raises(PlanningBudgetError):
-        scale2d.compile(x, y, target="cpu", plan_budget=5)
-    partial = plan(fn, _info(), PlannerOptions(budget=5, on_budget="truncate"))
+        scale2d.compile(x, y, target="cpu", plan_budget=5, strategy="exhaustive")
+    partial = plan(fn, _info(), PlannerOptions(budget=5, on_budget="truncate",
+                                               strategy="exhaustive"))
     assert partial.status == "feasible-under-budget" and partial.evaluations == 5
 
 
