@@ -5,6 +5,7 @@ ahead-of-time tier compiles for sm_90 with the ptxas of the triton wheel."""
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 
@@ -37,3 +38,17 @@ def compiled_only(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
     yield
+
+
+@pytest.fixture
+def device(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where a contract test runs the cuda target: the GPU ("cuda" tensors) when one is
+    present and TRITON_INTERPRET is not set (scripts/device_cuda_suite.py --part contracts),
+    else Triton's interpreter on CPU tensors ("cpu")."""
+    if not HAS_TRITON:
+        pytest.skip("triton is not installed")
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    if os.environ.get("TRITON_INTERPRET") != "1" and has_gpu():
+        return "cuda"
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    return "cpu"

@@ -89,6 +89,8 @@ class Emitter:
         self.env: dict[Value, Idx | Block] = {}
         self.in_map = 0
         self.uses_status = False
+        # Loads and stores that need a CTA barrier before them (`ordering.barrier_points`).
+        self.barriers: set[Op] = set()
 
     # ------------------------------------------------------------------ text
     def fresh(self, hint: str = "v") -> str:
@@ -148,6 +150,11 @@ class Emitter:
             return f"tl.arange(0, {n})"
         sub = ", ".join(":" if r == axis else "None" for r in range(rank))
         return f"tl.arange(0, {n})[{sub}]"
+
+    def ordered(self, op: Op) -> None:
+        """Order `op` after every earlier access of the program that it may conflict with."""
+        if op in self.barriers:
+            self.emit("tl.debug_barrier()")
 
     def error_site(self, cond: str, message: str, op: Op) -> None:
         """Report a run-time error (index out of range, division by zero) when `cond`."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from tilenest.analysis.uses import UseInfo
 from tilenest.backends.cuda.element_grid import emit_kernel as emit_element_grid
 from tilenest.backends.cuda.emitter import Emitter, Facts, Idx
+from tilenest.backends.cuda.ordering import barrier_points
 from tilenest.backends.cuda.padding import copied_operands
 from tilenest.backends.cuda.plan import CudaPlan
 from tilenest.backends.cuda.resources import BlockLayout
@@ -44,14 +45,34 @@ def tn_mul(a, b):
     return a * b
 
 
+# Float maximum/minimum are IEEE 754-2019 maximum/minimum, as in the reference: a NaN
+# operand gives the canonical quiet NaN, -0.0 < +0.0, else the larger (smaller) operand.
+# Bitwise commutative and associative, so tl.reduce may group them freely. Not
+# tl.maximum: on the GPU it is max.f32, whose choice on a +-0 tie is not this rule.
 @triton.jit
 def tn_max(a, b):
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+    m = tl.where(a > b, a, b)
+    # Both zero: a + b is +0.0 unless both are -0.0.
+    m = tl.where((a == 0) & (b == 0), a + b, m)
+    return tl.where((a != a) | (b != b), tl.full([], TN_NAN, m.dtype), m)
 
 
 @triton.jit
 def tn_min(a, b):
-    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+    m = tl.where(a < b, a, b)
+    # Both zero: -(-a + -b) is -0.0 unless both are +0.0.
+    m = tl.where((a == 0) & (b == 0), -((-a) + (-b)), m)
+    return tl.where((a != a) | (b != b), tl.full([], TN_NAN, m.dtype), m)
+
+
+@triton.jit
+def tn_imax(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def tn_imin(a, b):
+    return tl.minimum(a, b)
 
 
 @triton.jit
@@ -164,6 +185,10 @@ def _kernel(fn: Function, name: str, facts: Facts, errors: list[str],
                                                     params, plan.element_grid)
         return lines, Phase(name, programs, status)
     em = Emitter(fn, facts, params, errors)
+    em.barriers = barrier_points(
+        parallel.body.ops if parallel is not None else ops,
+        zip(parallel.body.args, (e for _, e in parallel.attrs["domain"]), strict=True)
+        if parallel is not None else (), facts.assume_no_alias)
     for op in fn.body.ops:
         if _is_pure_root(op) and all(v in em.env or v.owner is None for v in op.operands):
             lower_op(em, op)

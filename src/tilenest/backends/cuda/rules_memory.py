@@ -87,13 +87,17 @@ def access(em: Emitter, op: Op, tensor: TensorType, origins: list[Idx],
     if rank and inner == "0":
         pointers = f"tl.broadcast_to({ptr}, [{', '.join(map(str, padded))}])"
     pointers = em.assign(pointers, "p")
-    terms = mask_terms
+    mask = em.assign(" & ".join(mask_terms), "m") if mask_terms else None
     if point_terms:
         ok = em.assign(" & ".join(point_terms), "ok")
-        terms = [ok] + terms
-    mask = None
-    if terms:
-        mask = em.assign(" & ".join(terms), "m")
+        if rank == 0:
+            mask = ok if mask is None else em.assign(f"{ok} & {mask}", "m")
+        else:
+            # The scalar predicate selects a whole block mask: `scalar & block` (or a scalar
+            # mask broadcast by tl.load) gives an int64 mask under TRITON_INTERPRET=1 when
+            # the scalar comes from a loop index ("mask has unsupported dtype").
+            block = mask or f"tl.full([{', '.join(map(str, padded))}], True, tl.int1)"
+            mask = em.assign(f"tl.where({ok}, {block}, False)", "m")
     return Access(pointers, mask, padded)
 
 
@@ -107,6 +111,7 @@ def _load(em: Emitter, op: Op) -> None:
     tile = op.result.type
     assert isinstance(tensor, TensorType) and isinstance(tile, TileType)
     acc = access(em, op, tensor, _origins(em, op, 1, tensor.rank), op.attrs["shape"], tile)
+    em.ordered(op)
     if acc.mask is None:
         em.bind(op.result, f"tl.load({acc.pointers})", "ld", acc.padded)
         return
@@ -122,6 +127,7 @@ def _store(em: Emitter, op: Op) -> None:
     value: Block = em.block(op.operands[1 + tensor.rank])
     acc = access(em, op, tensor, _origins(em, op, 1, tensor.rank), op.attrs["shape"],
                  value.type)
+    em.ordered(op)
     if acc.mask is None:
         em.emit(f"tl.store({acc.pointers}, {value.name})")
     else:

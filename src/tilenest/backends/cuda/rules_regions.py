@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tilenest.backends.cuda.emitter import Block, Emitter, Idx
+from tilenest.backends.cuda.ordering import region_has_barrier
 from tilenest.backends.cuda.rules import lower_ops, lowering
 from tilenest.ir.core import Op
 from tilenest.ir.types import TileType
@@ -54,6 +55,20 @@ def domain_loops(em: Emitter, op: Op, body: Callable[[list[Idx]], None], *,
     level(0)
 
 
+def update_carries(em: Emitter, names: list[str], new: list[str]) -> None:
+    """Rebind every carry to its yielded value simultaneously: a yielded value may be a
+    carry itself (`a, b = a + b, a` yields the old `a` for `b`), so any carry that a later
+    update reads is first copied to a fresh name that the in-order rebinding cannot
+    overwrite."""
+    carried = set(names)
+    # Carries another carry's update reads: snapshot them before any is rebound.
+    read = {src for nm, src in zip(names, new, strict=True) if src in carried and src != nm}
+    staged = {nm: em.assign(nm, "old") for nm in names if nm in read}
+    for nm, src in zip(names, new, strict=True):
+        if src != nm:
+            em.emit(f"{nm} = {staged.get(src, src)}")
+
+
 def carried_loop(em: Emitter, op: Op, *, reverse: bool = False, stages: int = 1) -> None:
     """A loop whose body args after the domain are carries and whose yield updates them."""
     n = len(op.attrs["domain"])
@@ -72,8 +87,7 @@ def carried_loop(em: Emitter, op: Op, *, reverse: bool = False, stages: int = 1)
         lower_ops(em, op.body.ops)
         term = op.body.terminator
         assert term is not None
-        for nm, v in zip(names, term.operands, strict=True):
-            em.emit(f"{nm} = {em.block(v).name}")
+        update_carries(em, names, [em.block(v).name for v in term.operands])
 
     domain_loops(em, op, body, reverse=reverse, stages=stages)
     for res, c in zip(op.results, carries, strict=True):
@@ -82,7 +96,10 @@ def carried_loop(em: Emitter, op: Op, *, reverse: bool = False, stages: int = 1)
 
 @lowering("serial", "pipeline")
 def _loop(em: Emitter, op: Op) -> None:
-    stages = getattr(em.facts.plan, "num_stages", 1) if pipelinable(em, op) else 1
+    # A barrier inside the body orders its accesses; prefetching loads past it would not.
+    ordered = region_has_barrier(op.body, em.barriers)
+    stages = getattr(em.facts.plan, "num_stages", 1) if pipelinable(em, op) and not ordered \
+        else 1
     carried_loop(em, op, stages=stages)
 
 
