@@ -2,21 +2,39 @@
 
 An entry point has the C signature `void phase(void** args, int64_t start, int64_t end)` and
 runs programs [start, end). Calls through ctypes release the GIL, so plain Python threads run
-them in parallel. A launch splits [0, total) into tasks of `grain` programs; the calling
-thread and as many workers as there are further tasks claim tasks from a shared counter
-(guided self-scheduling: a claim is half an equal share of what is left, at least one task, so
-there are few ctypes calls, each of which drops and retakes the GIL, and uneven programs still
-balance). Waking and joining a worker is a hand-off of a per-worker `threading.Lock`, the
-cheapest blocking primitive CPython has.
-Non-goals: fork safety, priorities, nested parallelism (a launch from inside a task runs inline).
+them in parallel. A launch splits [0, total) into tasks of `grain` programs, grouped into
+claims by guided self-scheduling (a claim is half an equal share of what is left, at least one
+task: few ctypes calls, each of which drops and retakes the GIL, and uneven programs still
+balance). The claim sequence depends only on the task count, so it is computed once and the
+threads taking part (the caller and as many workers as there are further tasks) take claims
+from an atomic counter.
+
+Safety contract (issue 8, items 12-14):
+- `run` returns (or raises) only once no worker will touch the launch again: an exception in
+  the caller (KeyboardInterrupt from a signal handler included) cancels the launch — no new
+  claims are taken — and the caller waits for the workers inside the launch before it
+  propagates. A worker that wakes after the launch closed does nothing. Waking is a put on a
+  shared queue; joining counts the workers that entered, so a partial wake-up cannot unbalance
+  any lock and a later launch finds the pool intact.
+- After `os.fork()` the child's pools start fresh workers on their next launch (the parent's
+  threads do not exist in the child), with fresh locks.
+- Workers run on stacks of `WORKER_STACK_BYTES`, whatever `threading.stack_size()` says, so a
+  launch can ask to run on workers only (`caller_works=False`) when the calling thread's stack
+  is too small for the kernel's frame (`run_on_known_stack` covers one-thread pools).
+Non-goals: priorities, nested parallelism (a launch from inside a task runs inline).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import itertools
+import os
+import queue
 import statistics
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -25,14 +43,47 @@ from tilenest.config import NUM_THREADS
 PhaseFn = Callable[[int, int, int], Any]
 PHASE_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
+# Stack of every pool worker (and of `run_on_known_stack` threads): twice the 8 MiB whose half
+# the cpu target budgets for private tiles (`snapshot_budget`), room for the frames above.
+WORKER_STACK_BYTES = 16 << 20
+
 _local = threading.local()  # `in_task`: this thread is running a task of some pool
+_stack_size_lock = threading.Lock()  # threading.stack_size is process-wide state
+
+
+def start_thread_with_stack(target: Callable[[], Any], name: str,
+                            stack_bytes: int = WORKER_STACK_BYTES) -> threading.Thread:
+    """Start a daemon thread whose stack is `stack_bytes`, restoring the process setting."""
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    with _stack_size_lock:
+        old = threading.stack_size(stack_bytes)
+        try:
+            thread.start()
+        finally:
+            threading.stack_size(old)
+    return thread
+
+
+@functools.lru_cache(maxsize=256)
+def _claims(ntasks: int, parts: int) -> tuple[tuple[int, int], ...]:
+    """The guided self-scheduling claims (first task, task count) of a launch: take half of an
+    equal share of what is left (at least one task), so early claims are large and the tail
+    is fine-grained. The sequence does not depend on which thread takes which claim."""
+    out = []
+    first = 0
+    while first < ntasks:
+        left = ntasks - first
+        count = min(left, max(1, left // (2 * parts)))
+        out.append((first, count))
+        first += count
+    return tuple(out)
 
 
 class _Launch:
     """State of one `run` call, shared by the threads taking part in it."""
 
-    __slots__ = ("fn", "args_ptr", "total", "grain", "ntasks", "parts", "taken", "lock",
-                 "error")
+    __slots__ = ("fn", "args_ptr", "total", "grain", "claims", "next", "error", "cond",
+                 "arrived", "active", "closed", "joined")
 
     def __init__(self, fn: PhaseFn, args_ptr: int, total: int, grain: int, ntasks: int,
                  parts: int) -> None:
@@ -40,60 +91,85 @@ class _Launch:
         self.args_ptr = args_ptr
         self.total = total
         self.grain = grain
-        self.ntasks = ntasks
-        self.parts = parts
-        self.taken = 0  # tasks handed out so far
-        self.lock = threading.Lock()
+        self.claims = _claims(ntasks, parts)
+        self.next = itertools.count()  # next() is atomic: no lock held while claiming
         self.error: BaseException | None = None
-
-    def _claim(self) -> tuple[int, int]:
-        """Guided self-scheduling: take half of an equal share of what is left (at least one
-        task), so early claims are large (few ctypes calls, few GIL hand-offs) and the tail is
-        fine-grained (balance when programs differ in cost)."""
-        with self.lock:
-            first = self.taken
-            left = self.ntasks - first
-            count = min(left, max(1, left // (2 * self.parts)))
-            self.taken = first + count
-        return first, count
+        self.cond = threading.Condition(threading.Lock())
+        self.arrived = 0  # workers that entered so far
+        self.active = 0  # workers inside `work`
+        self.closed = False  # set by the caller: workers that arrive later do nothing
+        self.joined = False  # set by the caller once no worker is inside
 
     def work(self) -> None:
-        fn, args_ptr, total, grain = self.fn, self.args_ptr, self.total, self.grain
-        _local.in_task = True
+        fn, args_ptr, total, grain, claims = (self.fn, self.args_ptr, self.total,
+                                              self.grain, self.claims)
         try:
+            _local.in_task = True
             while self.error is None:
-                first, count = self._claim()
-                if count == 0:
+                i = next(self.next)
+                if i >= len(claims):
                     return
+                first, count = claims[i]
                 fn(args_ptr, first * grain, min((first + count) * grain, total))
-        except BaseException as exc:  # re-raised in the caller of `run`
+        except BaseException as exc:  # re-raised in the caller of `run`; cancels the launch
             if self.error is None:
                 self.error = exc
         finally:
             _local.in_task = False
 
+    # -- worker side
+    def enter(self) -> bool:
+        with self.cond:
+            if self.closed:
+                return False
+            self.arrived += 1
+            self.active += 1
+            return True
 
-class _Worker:
-    def __init__(self, index: int) -> None:
-        self.wake = threading.Lock()
-        self.wake.acquire()  # held while idle: `release` is the wake-up
-        self.done = threading.Lock()
-        self.done.acquire()  # released by the worker when its share of a launch is finished
-        self.launch: _Launch | None = None
-        self.thread = threading.Thread(
-            target=self._loop, name=f"tilenest-worker-{index}", daemon=True)
-        self.thread.start()
+    def leave(self) -> None:
+        with self.cond:
+            self.active -= 1
+            self.cond.notify_all()  # the caller waits for active == 0 (or all arrived)
 
-    def _loop(self) -> None:
-        while True:
-            self.wake.acquire()
-            launch = self.launch
-            if launch is None:  # `close`
-                self.done.release()
-                return
-            launch.work()
-            self.launch = None
-            self.done.release()
+    # -- caller side
+    def wait_for_workers(self, posted: int) -> None:
+        """The caller does not work: wait until the `posted` workers have all been in and
+        out (so every claim was run), or until a failure cancels the launch."""
+        with self.cond:
+            while self.error is None and (self.arrived < posted or self.active):
+                self.cond.wait()
+
+    def close_and_wait(self) -> None:
+        """No worker enters after this; return once none is inside. Interruptible, and safe
+        to call again after an interruption."""
+        with self.cond:
+            self.closed = True
+            while self.active:
+                self.cond.wait()
+            self.joined = True
+
+
+def _join(launch: _Launch) -> None:
+    """Wait for the launch's workers, whatever exceptions (signals) arrive meanwhile: the
+    first one cancels the launch and is re-raised by `run` once the workers are out."""
+    while not launch.joined:
+        try:
+            launch.close_and_wait()
+        except BaseException as exc:
+            if launch.error is None:
+                launch.error = exc
+
+
+def _worker_loop(inbox: queue.SimpleQueue) -> None:
+    while True:
+        launch = inbox.get()
+        if launch is None:  # `close`
+            return
+        if launch.enter():
+            try:
+                launch.work()
+            finally:
+                launch.leave()
 
 
 def _as_phase(fn: PhaseFn | int) -> PhaseFn:
@@ -104,8 +180,12 @@ def _as_phase(fn: PhaseFn | int) -> PhaseFn:
     return fn
 
 
+_pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+
+
 class WorkerPool:
-    """`num_threads` threads in all: the caller of `run` plus `num_threads - 1` daemon workers."""
+    """`num_threads` threads in all: the caller of `run` plus `num_threads - 1` daemon workers
+    (started on the first parallel launch, and again in a forked child)."""
 
     def __init__(self, num_threads: int | None = None) -> None:
         if num_threads is None:
@@ -114,21 +194,47 @@ class WorkerPool:
             raise ValueError(f"num_threads must be at least 1, not {num_threads}")
         self.num_threads = num_threads
         self.last_launch_overhead_estimate_us: float | None = None
-        self._launch_lock = threading.Lock()  # one launch at a time; others queue here
-        self._workers = [_Worker(i) for i in range(num_threads - 1)]
         self._closed = False
+        self._fresh_state()
+        _pools.add(self)
 
-    def run(self, fn: PhaseFn | int, args_ptr: int, total: int, grain: int) -> None:
+    def _fresh_state(self) -> None:
+        self._launch_lock = threading.Lock()  # one launch at a time; others queue here
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    def _after_fork_in_child(self) -> None:
+        """The parent's workers do not exist here and its locks may be held by threads that
+        do not exist either: start over (workers come back on the next launch)."""
+        self._fresh_state()
+
+    def _ensure_workers(self) -> None:
+        if len(self._threads) == self.num_threads - 1:
+            return
+        for i in range(len(self._threads), self.num_threads - 1):
+            self._threads.append(start_thread_with_stack(
+                functools.partial(_worker_loop, self._inbox), f"tilenest-worker-{i}"))
+
+    def run(self, fn: PhaseFn | int, args_ptr: int, total: int, grain: int, *,
+            caller_works: bool = True) -> None:
         """Run programs [0, total) in tasks of `grain` programs; return when all are done.
-        `fn` is a ctypes function of the phase signature (or its address as an int)."""
+        `fn` is a ctypes function of the phase signature (or its address as an int).
+        `caller_works=False` keeps the calling thread out of the work (its stack may be too
+        small for the phase); then at least one worker takes part."""
         if total < 0 or grain < 1:
             raise ValueError(f"need total >= 0 and grain >= 1, got total={total}, grain={grain}")
         if total == 0:
             return
         fn = _as_phase(fn)
         ntasks = -(-total // grain)
-        helpers = min(self.num_threads, ntasks) - 1
-        if helpers == 0 or self._closed or getattr(_local, "in_task", False):
+        helpers = min(self.num_threads, ntasks) - (1 if caller_works else 0)
+        helpers = min(helpers, self.num_threads - 1)
+        nested = getattr(_local, "in_task", False)
+        if not caller_works and (helpers == 0 or self._closed or nested):
+            # No worker to hand the work to: one thread with a known stack runs it.
+            run_on_known_stack(lambda: fn(args_ptr, 0, total))
+            return
+        if helpers == 0 or self._closed or nested:
             # One task, one thread, or a launch from inside a task: no hand-off is worth it
             # (and from inside a task the workers may be busy with the outer launch). A closed
             # pool (replaced by `default_pool`) still runs what it is given, serially.
@@ -136,20 +242,18 @@ class WorkerPool:
             fn(args_ptr, 0, total)
             return
         with self._launch_lock:
-            if self._closed:  # closed while this call waited for the lock
-                launch = _Launch(fn, args_ptr, total, grain, ntasks, helpers + 1)
-                launch.work()
-                if launch.error is not None:
-                    raise launch.error
-                return
-            launch = _Launch(fn, args_ptr, total, grain, ntasks, helpers + 1)
-            woken = self._workers[:helpers]
-            for worker in woken:
-                worker.launch = launch
-                worker.wake.release()
-            launch.work()
-            for worker in woken:
-                worker.done.acquire()
+            self._ensure_workers()
+            parts = helpers + (1 if caller_works else 0)
+            launch = _Launch(fn, args_ptr, total, grain, ntasks, parts)
+            try:
+                for _ in range(helpers):
+                    self._inbox.put(launch)
+                if caller_works:
+                    launch.work()
+                else:
+                    launch.wait_for_workers(helpers)
+            finally:
+                _join(launch)
         if launch.error is not None:
             raise launch.error
 
@@ -159,12 +263,10 @@ class WorkerPool:
             if self._closed:
                 return
             self._closed = True
-            for worker in self._workers:
-                worker.launch = None
-                worker.wake.release()
-            for worker in self._workers:
-                worker.done.acquire()
-                worker.thread.join()
+            for _ in self._threads:
+                self._inbox.put(None)
+            for thread in self._threads:
+                thread.join()
 
     def measure_overhead(self, repeats: int = 200, tasks: int | None = None) -> float:
         """Median µs of an empty parallel launch (a native no-op over `tasks` tasks of one
@@ -180,6 +282,30 @@ class WorkerPool:
             samples.append((time.perf_counter() - t0) * 1e6)
         self.last_launch_overhead_estimate_us = statistics.median(samples)
         return self.last_launch_overhead_estimate_us
+
+
+def run_on_known_stack(call: Callable[[], Any]) -> None:
+    """Run `call` on a fresh thread with a `WORKER_STACK_BYTES` stack and wait for it
+    (interruptions are deferred until it returns: its frame may use the caller's buffers)."""
+    box: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            call()
+        except BaseException as exc:
+            box.append(exc)
+
+    thread = start_thread_with_stack(target, "tilenest-stack")
+    pending: BaseException | None = None
+    while thread.is_alive():
+        try:
+            thread.join()
+        except BaseException as exc:
+            pending = pending or exc
+    if box:
+        raise box[0]
+    if pending is not None:
+        raise pending
 
 
 _NOOP_IR = "define void @tilenest_pool_noop(ptr %args, i64 %start, i64 %end) {\n  ret void\n}\n"
@@ -223,3 +349,16 @@ def default_pool() -> WorkerPool:
             if old is not None:
                 old.close()
         return _default
+
+
+def _after_fork_in_child() -> None:
+    global _default_lock, _stack_size_lock
+    _default_lock = threading.Lock()
+    _stack_size_lock = threading.Lock()
+    _local.in_task = False
+    for pool in list(_pools):
+        pool._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

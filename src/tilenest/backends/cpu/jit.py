@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes.util
 import hashlib
+import os
 import re
 import struct
 import threading
@@ -30,6 +31,20 @@ _OBJ, _IR = "o", "ll"  # disk parts; the object is written last and marks a comp
 
 _lock = threading.RLock()  # LLVM initialization, compilation and the caches
 _initialized = False
+
+
+def _after_fork_in_child() -> None:
+    # The forking thread held `_lock` across fork (below), so no compilation was half done;
+    # the child's copy belongs to that thread, and a fresh lock is simpler than releasing it.
+    global _lock
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    # Hold the lock across fork so that a child never inherits LLVM mid-compilation (or the
+    # lock held by a thread that does not exist in the child).
+    os.register_at_fork(before=lambda: _lock.acquire(), after_in_parent=lambda: _lock.release(),
+                        after_in_child=_after_fork_in_child)
 
 
 def _init_native_target() -> None:
