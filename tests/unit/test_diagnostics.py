@@ -339,7 +339,7 @@ def test_errors_through_every_entry_point():
 def k_carry_shape(X):
     acc = tn.zeros((4,), tn.f32)
     for _s in tn.serial(3):
-        acc = tn.zeros((5,), tn.f32)  # diag: carry-shape
+        acc = tn.zeros((5,), tn.f32) + tn.sum(acc)  # diag: carry-shape
     X.tile((0,), (4,)).store(acc)
 
 
