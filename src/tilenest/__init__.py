@@ -8,6 +8,7 @@ realization and runs it on a target (the reference interpreter, CPU, CUDA).
 from tilenest.errors import ArgumentError as ArgumentError
 from tilenest.errors import BackendError as BackendError
 from tilenest.errors import CaptureError as CaptureError
+from tilenest.errors import ConfigError as ConfigError
 from tilenest.errors import DTypeError as DTypeError
 from tilenest.errors import RaceError as RaceError
 from tilenest.errors import ShapeError as ShapeError
@@ -59,11 +60,14 @@ from tilenest.lang.reductions import max as max  # noqa: A004
 from tilenest.lang.reductions import min as min  # noqa: A004
 from tilenest.lang.reductions import prod as prod
 from tilenest.lang.reductions import sum as sum  # noqa: A004
+from tilenest.lang.tunable import Tunable as Tunable
+from tilenest.lang.tunable import tunable as tunable
 from tilenest.lang.values import Index as Index
 from tilenest.lang.values import Tile as Tile
 from tilenest.numerics import FMA as FMA
 from tilenest.numerics import IEEE as IEEE
 from tilenest.numerics import NumericalPolicy as NumericalPolicy
+from tilenest.runtime.cache import UnsafeCacheWarning as UnsafeCacheWarning
 
 bool = bool_  # noqa: A001 - `tn.bool` reads like the other dtypes
 

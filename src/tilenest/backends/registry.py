@@ -23,13 +23,27 @@ class Executable:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-Preparer = Callable[[Function, dict[str, Any]], Executable]
+Preparer = Callable[..., Executable]  # (fn, options, planned=None) -> Executable
+# (fn, options) -> (PlanningResult, target info): what `prepare(..., planned=...)` accepts.
+Planner = Callable[[Function, dict[str, Any]], tuple[Any, Any]]
 _TARGETS: dict[str, Callable[[], Preparer]] = {}
+_PLANNERS: dict[str, Callable[[], Planner]] = {}
 
 
-def register_target(name: str, loader: Callable[[], Preparer]) -> None:
-    """Register a target; `loader` imports the backend lazily (optional dependencies)."""
+def register_target(name: str, loader: Callable[[], Preparer],
+                    planner_loader: Callable[[], Planner] | None = None) -> None:
+    """Register a target; `loader` imports the backend lazily (optional dependencies).
+    A target that plans also registers its planner, so tunable constants can be searched
+    jointly with its realization records before one assignment is prepared."""
     _TARGETS[name] = loader
+    if planner_loader is not None:
+        _PLANNERS[name] = planner_loader
+
+
+def planner(name: str) -> Planner | None:
+    """The target's planner, or None for a target that plans nothing (reference)."""
+    loader = _PLANNERS.get(name)
+    return None if loader is None else loader()
 
 
 def target_names() -> list[str]:
@@ -47,7 +61,7 @@ def _reference() -> Preparer:
     from tilenest.backends.reference import run_function
     from tilenest.ir.printer import print_function
 
-    def prepare(fn: Function, options: dict[str, Any]) -> Executable:
+    def prepare(fn: Function, options: dict[str, Any], planned: Any = None) -> Executable:
         opts = {k: options[k] for k in ("precision", "order", "seed", "check_races")
                 if k in options}
 
@@ -77,6 +91,18 @@ def _cuda() -> Preparer:
     return prepare
 
 
+def _cpu_planner() -> Planner:
+    from tilenest.backends.cpu.target import plan_cpu
+
+    return plan_cpu
+
+
+def _cuda_planner() -> Planner:
+    from tilenest.backends.cuda.target import plan_cuda
+
+    return plan_cuda
+
+
 register_target("reference", _reference)
-register_target("cpu", _cpu)
-register_target("cuda", _cuda)
+register_target("cpu", _cpu, _cpu_planner)
+register_target("cuda", _cuda, _cuda_planner)

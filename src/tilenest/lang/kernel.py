@@ -12,10 +12,11 @@ from types import MappingProxyType
 from typing import Any
 
 from tilenest.config import TARGET, dump
-from tilenest.errors import ArgumentError, CaptureError, TileError, is_internal
+from tilenest.errors import ArgumentError, BackendError, CaptureError, TileError, is_internal
 from tilenest.ir.core import Function, Param, Region, SourceLoc, Value
 from tilenest.lang.context import active, capturing
 from tilenest.lang.rewrite import rewrite_function
+from tilenest.lang.tunable import Tunable
 from tilenest.lang.views import TensorView
 from tilenest.runtime.args import (
     RESERVED_NAMES,
@@ -199,6 +200,27 @@ def _check_options(target: str, options: dict[str, Any]) -> None:
                         f"{', '.join(f'{k}=' for k in sorted(_PLANNER_OPTIONS))})")
 
 
+class _Planned:
+    """One tunable assignment's captured Function and its planner output."""
+
+    def __init__(self, fn: Function, planned: tuple[Any, Any]) -> None:
+        self.fn = fn
+        self.planned = planned
+        self.result = planned[0]
+
+
+def _consts_key(consts: dict[str, Any]) -> tuple:
+    """The constants' part of a specialization key; an open tunable keys by its values."""
+    return tuple(("tunable", n, tuple(constant_key("", v) for v in c.values))
+                 if isinstance(c, Tunable) else constant_key(n, c)
+                 for n, c in sorted(consts.items()))
+
+
+def _with_defaults(consts: dict[str, Any]) -> dict[str, Any]:
+    """Open tunables at their first value (nothing is planned: reference, `ir()`)."""
+    return {n: v.default if isinstance(v, Tunable) else v for n, v in consts.items()}
+
+
 class Kernel:
     """A Python function captured into TileIR once per specialization key."""
 
@@ -209,6 +231,7 @@ class Kernel:
         sig = inspect.signature(fn)
         self.tensor_params: list[str] = []
         self.const_params: dict[str, Any] = {}
+        self.tunables: dict[str, Tunable] = {}
         for p in sig.parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise ArgumentError(f"kernel `{self.name}`: *args/**kwargs are not supported")
@@ -218,6 +241,8 @@ class Kernel:
                                         f"reserved for tilenest options ({sorted(RESERVED_NAMES)})",
                                         loc=_parameter_loc(fn, p.name))
                 self.const_params[p.name] = p.default
+                if isinstance(p.default, Tunable):
+                    self.tunables[p.name] = p.default
             else:
                 if p.default is not p.empty:
                     raise ArgumentError(f"kernel `{self.name}`: tensor parameter `{p.name}` "
@@ -270,15 +295,22 @@ class Kernel:
                     raise ArgumentError(f"kernel `{self.name}`: missing constant `{name}`")
                 consts[name] = default
         described = {n: describe_tensor(tensors[n], n) for n in self.tensor_params}
-        key = (tuple(described[n].key() for n in self.tensor_params),
-               tuple(constant_key(n, consts[n]) for n in sorted(consts)))
-        if copies:
-            fn = self._functions.get(key)
-            if fn is None:  # the copies' check needs to know which tensors are written
-                fn = self.capture(described, consts)
-                self._functions[key] = fn
-            check_copies(fn, copies, tensors)
+        key = (tuple(described[n].key() for n in self.tensor_params), _consts_key(consts))
+        if copies:  # the copies' check needs to know which tensors are written
+            resolved = _with_defaults(consts)
+            check_copies(self._function(tensors, key[0], resolved), copies, tensors)
         return tensors, consts, key
+
+    def _function(self, tensors: dict[str, Any], tensor_key: tuple,
+                  consts: dict[str, Any]) -> Function:
+        """The captured Function for these tensors and fully resolved constants (cached)."""
+        key = (tensor_key, _consts_key(consts))
+        fn = self._functions.get(key)
+        if fn is None:
+            described = {n: describe_tensor(tensors[n], n) for n in self.tensor_params}
+            fn = self.capture(described, consts)
+            self._functions[key] = fn
+        return fn
 
     def capture(self, described: dict[str, TensorArg], consts: dict[str, Any]) -> Function:
         """Run the Python body once on symbolic views; the result is a verified Function."""
@@ -311,13 +343,11 @@ class Kernel:
         return fn
 
     def specialize(self, args: tuple, kwargs: dict[str, Any]) -> tuple[dict, tuple, Function]:
+        """Bind and capture; tunables the call leaves open take their first value (what the
+        reference interpreter runs, and what `ir()` shows)."""
         tensors, consts, key = self._bind(args, kwargs)
-        fn = self._functions.get(key)
-        if fn is None:
-            described = {n: describe_tensor(tensors[n], n) for n in self.tensor_params}
-            fn = self.capture(described, consts)
-            self._functions[key] = fn
-        return tensors, key, fn
+        resolved = _with_defaults(consts)
+        return tensors, (key[0], _consts_key(resolved)), self._function(tensors, key[0], resolved)
 
     def ir(self, *args: Any, **kwargs: Any) -> Function:
         """The TileIR of this kernel for these arguments (captured once per key)."""
@@ -338,7 +368,7 @@ class Kernel:
             return "cuda"
         return TARGET.read()
 
-    def _prepare(self, tensors: dict, key: tuple, fn: Function, target: str | None,
+    def _prepare(self, tensors: dict, key: tuple, consts: dict[str, Any], target: str | None,
                  options: dict[str, Any]) -> CompiledKernel:
         tgt = target or self.default_target(key)
         _check_options(tgt, options)
@@ -351,11 +381,43 @@ class Kernel:
         ckey = (key, tgt, tuple(sorted(options.items())))
         compiled = self._compiled.get(ckey)
         if compiled is None:
-            from tilenest.backends.registry import preparer
-
-            compiled = CompiledKernel(self, key, preparer(tgt)(fn, options), options)
+            compiled = self._build(tensors, key, consts, tgt, options)
             self._compiled[ckey] = compiled
         return compiled
+
+    def _build(self, tensors: dict, key: tuple, consts: dict[str, Any], tgt: str,
+               options: dict[str, Any]) -> CompiledKernel:
+        """Prepare for `tgt`; open tunables are searched jointly with the plan (DESIGN §3a)."""
+        from tilenest.backends.registry import planner, preparer
+
+        open_tunables = {n: v.values for n, v in consts.items() if isinstance(v, Tunable)}
+        plan_one = planner(tgt)
+        if not open_tunables or plan_one is None:
+            resolved = _with_defaults(consts)
+            fn = self._function(tensors, key[0], resolved)
+            return CompiledKernel(self, (key[0], _consts_key(resolved)),
+                                  preparer(tgt)(fn, options), options)
+        from tilenest.plan.tunables import search_tunables
+
+        declared = {n: (v.values if isinstance(v, Tunable) else (v,))
+                    for n, v in consts.items() if n in self.tunables}
+        fixed = {n: v for n, v in consts.items()
+                 if n in self.tunables and not isinstance(v, Tunable)}
+        plain = {n: v for n, v in consts.items() if n not in self.tunables}
+
+        def evaluate(assignment: dict[str, Any]) -> _Planned:
+            fn = self._function(tensors, key[0], {**plain, **assignment})
+            return _Planned(fn, plan_one(fn, options))
+
+        search, best = search_tunables(declared, fixed, evaluate)
+        if best is None:
+            raise BackendError(f"no assignment of the tunables of `{self.name}` can be planned "
+                               f"on {tgt}\n{search.describe()}", loc=None)
+        exe = preparer(tgt)(best.fn, options, planned=best.planned)
+        exe.explanation = search.describe() + "\n" + exe.explanation
+        exe.extras["tunables"] = search
+        resolved = {**plain, **search.selected}
+        return CompiledKernel(self, (key[0], _consts_key(resolved)), exe, options)
 
     @staticmethod
     def _options(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -371,16 +433,16 @@ class Kernel:
         """Capture (if needed) and prepare for `target`; the result is callable."""
         options = self._options(kwargs)
         try:
-            tensors, key, fn = self.specialize(args, kwargs)
-            return self._prepare(tensors, key, fn, target, options)
+            tensors, consts, key = self._bind(args, kwargs)
+            return self._prepare(tensors, key, consts, target, options)
         except TileError as e:
             raise _trimmed(e) from None
 
     def __call__(self, *args: Any, target: str | None = None, **kwargs: Any) -> None:
         options = self._options(kwargs)
         try:
-            tensors, key, fn = self.specialize(args, kwargs)
-            self._prepare(tensors, key, fn, target, options).executable.run(tensors)
+            tensors, consts, key = self._bind(args, kwargs)
+            self._prepare(tensors, key, consts, target, options).executable.run(tensors)
         except TileError as e:
             raise _trimmed(e) from None
 

@@ -1,0 +1,169 @@
+"""Joint search over tunable constants and realization records (DESIGN §3a).
+
+Each assignment of the kernel's tunables is its own program (one capture per assignment),
+planned by the target's planner; the assignments' selected candidates are then ranked by the
+same cost policy, so an assignment competes with the realization choices of the others. An
+assignment whose capture fails, or whose every candidate the target rejects, is kept with its
+reason (grouped in `explain()`), never silently dropped. Values fixed at the call are exact
+constraints: only the remaining tunables are searched.
+
+Small assignment spaces are enumerated (status `exact` when every planner run was exact);
+larger ones are searched by coordinate descent from the declared defaults within the budget
+(status `feasible-under-budget`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tilenest.errors import TileError
+
+ASSIGNMENT_BUDGET = 64
+
+
+@dataclass(frozen=True)
+class AssignmentOutcome:
+    """One assignment and what the planner made of it."""
+
+    constants: tuple[tuple[str, Any], ...]
+    total: float | None = None      # the selected candidate's cost, None when rejected
+    status: str = ""                # the planner's status for this assignment
+    category: str = ""              # rejected: "capture" or the planner's dominant category
+    reason: str = ""
+
+    @property
+    def admitted(self) -> bool:
+        return self.total is not None
+
+    def label(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.constants)
+
+
+@dataclass
+class TunableSearch:
+    """What the tunable search explored and chose."""
+
+    names: tuple[str, ...]
+    fixed: dict[str, Any]
+    outcomes: list[AssignmentOutcome] = field(default_factory=list)
+    selected: dict[str, Any] = field(default_factory=dict)
+    space_size: int = 0
+    status: str = "exact"
+    elapsed_ms: float = 0.0
+
+    def rejected_by_reason(self) -> dict[str, list[AssignmentOutcome]]:
+        groups: dict[str, list[AssignmentOutcome]] = {}
+        for o in self.outcomes:
+            if not o.admitted:
+                groups.setdefault(f"{o.category}: {o.reason}", []).append(o)
+        return groups
+
+    def describe(self) -> str:
+        chosen = ", ".join(f"{k}={v!r}" for k, v in self.selected.items())
+        fixed = ", ".join(f"{k}={v!r}" for k, v in self.fixed.items())
+        admitted = sorted((o for o in self.outcomes if o.admitted),
+                          key=lambda o: o.total or 0.0)
+        lines = [f"tunables: {chosen or '-'}"
+                 + (f" (fixed at the call: {fixed})" if fixed else "")
+                 + f"; {len(self.outcomes)} of {self.space_size} assignments planned, "
+                   f"{len(admitted)} admitted, status {self.status}; "
+                   f"{self.elapsed_ms:.1f} ms"]
+        for o in admitted[:5]:
+            lines.append(f"  {o.label()}: total {o.total:.4g} ({o.status})")
+        for reason, group in self.rejected_by_reason().items():
+            shown = "; ".join(o.label() for o in group[:4])
+            more = f" and {len(group) - 4} more" if len(group) > 4 else ""
+            lines.append(f"  rejected x{len(group)} [{reason}]: {shown}{more}")
+        return "\n".join(lines)
+
+
+Evaluate = Callable[[dict[str, Any]], Any]
+
+
+def _outcome(assignment: dict[str, Any], evaluate: Evaluate
+             ) -> tuple[AssignmentOutcome, Any]:
+    key = tuple(assignment.items())
+    try:
+        payload = evaluate(assignment)
+    except TileError as e:
+        first = e.plain_message.splitlines()[0] if e.plain_message else type(e).__name__
+        category = "capture" if type(e).__name__ != "PlanningError" else "plan"
+        return AssignmentOutcome(key, category=category, reason=first), None
+    result = payload.result
+    if result.selected is None:
+        counts = {k: v for k, v in result.counts().items() if v}
+        dominant = max(counts, key=lambda k: counts[k]) if counts else result.status
+        reason = next((r.reason for r in result.rejected if r.category.value == dominant),
+                      result.status)
+        return AssignmentOutcome(key, status=result.status, category=dominant,
+                                 reason=reason), None
+    return AssignmentOutcome(key, total=result.selected.cost.total,
+                             status=result.status), payload
+
+
+def _better(a: AssignmentOutcome, b: AssignmentOutcome | None) -> bool:
+    """Lower cost wins; ties keep the earlier (declaration-order) assignment."""
+    if not a.admitted:
+        return False
+    return b is None or round(a.total or 0.0, 9) < round(b.total or 0.0, 9)
+
+
+def search_tunables(declared: Mapping[str, tuple[Any, ...]], fixed: Mapping[str, Any],
+                    evaluate: Evaluate, budget: int = ASSIGNMENT_BUDGET
+                    ) -> tuple[TunableSearch, Any]:
+    """Plan every assignment of the unfixed tunables (or a budgeted descent over them) and
+    return the search record and the winning assignment's payload (None when none plans).
+
+    `evaluate(assignment)` captures and plans one assignment of all tunables; it returns an
+    object with `.result` (a `PlanningResult`) or raises a `TileError`."""
+    start = time.perf_counter()
+    free = [n for n in declared if n not in fixed]
+    names = tuple(declared)
+    space = 1
+    for n in free:
+        space *= len(declared[n])
+    record = TunableSearch(names, dict(fixed), space_size=space)
+    outcomes: dict[tuple, tuple[AssignmentOutcome, Any]] = {}
+
+    def visit(values: dict[str, Any]) -> tuple[AssignmentOutcome, Any]:
+        full = {n: fixed[n] if n in fixed else values[n] for n in names}
+        key = tuple(full.items())
+        if key not in outcomes:
+            outcomes[key] = _outcome(full, evaluate)
+        return outcomes[key]
+
+    best: tuple[AssignmentOutcome, Any] | None = None
+    if space <= budget:
+        for combo in itertools.product(*(declared[n] for n in free)):
+            got = visit(dict(zip(free, combo, strict=True)))
+            if _better(got[0], best[0] if best else None):
+                best = got
+        complete = True
+    else:
+        current = {n: declared[n][0] for n in free}
+        best = visit(current)
+        improved = True
+        while improved and len(outcomes) < budget:
+            improved = False
+            for n in free:
+                for v in declared[n]:
+                    if len(outcomes) >= budget:
+                        break
+                    got = visit({**current, n: v})
+                    if _better(got[0], best[0] if best[0].admitted else None):
+                        best, current, improved = got, {**current, n: v}, True
+        complete = False
+    record.outcomes = [o for o, _ in outcomes.values()]
+    exact = complete and all(o.status in ("exact", "") for o in record.outcomes)
+    record.status = "exact" if exact else "feasible-under-budget"
+    if best is None or not best[0].admitted:
+        record.status = "infeasible" if complete else "no-candidate"
+        record.elapsed_ms = (time.perf_counter() - start) * 1e3
+        return record, None
+    record.selected = dict(best[0].constants)
+    record.elapsed_ms = (time.perf_counter() - start) * 1e3
+    return record, best[1]
