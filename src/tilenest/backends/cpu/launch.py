@@ -18,10 +18,11 @@ import numpy as np
 from tilenest.backends.cpu.jit import CompiledModule, compile_ir, host_info
 from tilenest.backends.cpu.lower import LoweredModule, lower_function
 from tilenest.backends.cpu.plan import CpuPlan
+from tilenest.backends.cpu.stack import fits_on_this_thread
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
 from tilenest.runtime.args import is_torch_tensor
-from tilenest.runtime.pool import PHASE_SIGNATURE, default_pool
+from tilenest.runtime.pool import PHASE_SIGNATURE, default_pool, run_on_known_stack
 
 
 @dataclass
@@ -112,10 +113,17 @@ class CpuExecutable:
         for spec, entry in zip(build.lowered.phases, build.entries, strict=True):
             if spec.programs == 0:
                 continue
+            # Private tiles live on the stack: a calling thread whose stack cannot hold this
+            # phase's frame (a small threading.stack_size) leaves the work to threads whose
+            # stacks are known (pool workers, or one fresh thread).
+            here = fits_on_this_thread(spec.frame_bytes)
             if self.plan.num_threads == 1 or spec.programs <= grain:
-                entry(addr, 0, spec.programs)
+                if here:
+                    entry(addr, 0, spec.programs)
+                else:
+                    run_on_known_stack(lambda e=entry, n=spec.programs: e(addr, 0, n))
             else:
-                default_pool().run(entry, addr, spec.programs, grain)
+                default_pool().run(entry, addr, spec.programs, grain, caller_works=here)
         code = status.value
         if code:
             errors = build.lowered.errors

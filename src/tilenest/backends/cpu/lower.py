@@ -33,6 +33,9 @@ class PhaseSpec:
     name: str
     programs: int
     lanes: int
+    # Bytes of the phase's stack allocations (private tiles, carries, partials): what the
+    # launcher checks against the calling thread's stack before running it there.
+    frame_bytes: int = 0
 
 
 @dataclass
@@ -249,7 +252,27 @@ def emit_module(fn: Function, plan: CpuPlan, vector_bits: int, *,
             _check_root_effect(facts.uses, fn, op)
             pending.append(op)
     flush()
+    for spec in phases:
+        spec.frame_bytes = frame_bytes(module.get_global(spec.name))
     return EmittedModule(module, phases, errors, facts)
+
+
+def _type_bytes(t: ir.Type) -> int:
+    if isinstance(t, ir.IntType):
+        return max(1, t.width // 8)
+    if isinstance(t, (ir.VectorType, ir.ArrayType)):
+        return t.count * _type_bytes(t.element)
+    return {ir.HalfType: 2, ir.FloatType: 4, ir.DoubleType: 8}.get(type(t), 8)
+
+
+def frame_bytes(function: ir.Function) -> int:
+    """Stack bytes the allocas of `function` take (64-byte aligned each, as emitted)."""
+    total = 0
+    for block in function.blocks:
+        for instr in block.instructions:
+            if isinstance(instr, ir.AllocaInstr):
+                total += -(-_type_bytes(instr.allocated_type) // 64) * 64
+    return total
 
 
 def _check_root_effect(uses: UseInfo, fn: Function, op: Op) -> None:

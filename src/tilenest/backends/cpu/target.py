@@ -66,8 +66,10 @@ def packet_width(dtype_bits: int = 32) -> int:
 
 @cache
 def snapshot_budget() -> int:
-    """Per-worker bytes of private tile storage: half the thread stack (allocas live on the
-    stack of the pool's threads, which get the process's soft stack limit, 8 MiB if none)."""
+    """Per-worker bytes of private tile storage: half the main thread's stack (the soft
+    stack limit, at most 8 MiB). Pool workers run on `WORKER_STACK_BYTES` (16 MiB) stacks;
+    a calling thread whose real stack cannot hold a phase's frame hands it to threads with
+    known stacks (launch.py, stack.py), so this budget never assumes the caller's stack."""
     soft, _ = _rlimit.getrlimit(_rlimit.RLIMIT_STACK)
     stack = 8 << 20 if soft in (_rlimit.RLIM_INFINITY, -1) or soft <= 0 else soft
     return min(stack, 8 << 20) // 2
@@ -336,11 +338,12 @@ def plan_cpu(fn: Function, options: dict[str, Any]):  # -> (PlanningResult, CpuT
     return plan(fn, info, opts), info
 
 
-def prepare(fn: Function, options: dict[str, Any]) -> Executable:
+def prepare(fn: Function, options: dict[str, Any], planned: tuple[Any, Any] | None = None
+            ) -> Executable:
     """Plan (every compile) and compile for the host CPU."""
     from tilenest.backends.cpu.launch import CpuExecutable
 
-    result, info = plan_cpu(fn, options)
+    result, info = planned if planned is not None else plan_cpu(fn, options)
     selected = require_selection(result, fn.name)
     chosen = selected.plan
     exe = CpuExecutable(fn, chosen)
