@@ -183,3 +183,53 @@ def test_dropped_point_axis_with_loop_index_origin(device, rng, shape) -> None:
     y = np.full(shape, np.nan, np.float32)
     (_, got), (_, want) = run_both(dropped_axis_rows, [x, y], device, BR=3)
     assert_bitwise(got, want)
+
+
+# ---------------------------------------------------------------- 11: a 4-d attention
+@tn.kernel
+def attention_bhmd(Q, K, V, O):
+    """Attention over (b, h, m, d) tiles with unit batch and head dims: the score is a
+    broadcast product summed over d, the output a batched `mma` over (b, h)."""
+    B, H, M, D = Q.shape
+    N = K.shape[2]
+    b, h, m, n, d = (tn.axis("b", B), tn.axis("h", H), tn.axis("m", M), tn.axis("n", N),
+                     tn.axis("d", D))
+    for _ in tn.parallel(1):
+        q = Q.tile((0, 0, 0, 0), (b, h, m, d)).load()
+        k = K.tile((0, 0, 0, 0), (b, h, n, d)).load()
+        v = V.tile((0, 0, 0, 0), (b, h, n, d)).load()
+        s = tn.sum(q * k, axis=d) * 0.5
+        p = tn.exp(s - tn.max(s, axis=n))
+        p = p / tn.sum(p, axis=n)
+        O.tile((0, 0, 0, 0), (b, h, m, d)).store(tn.mma(p, v, tn.zeros((b, h, m, d), tn.f32)))
+
+
+@pytest.mark.parametrize("m, n, d", [(1, 4, 7), (5, 9, 3), (16, 16, 16)])
+def test_attention_over_unit_batch_and_head_dims(device, m: int, n: int, d: int) -> None:
+    rng = np.random.default_rng(11 + m)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in
+               ((1, 1, m, d), (1, 1, n, d), (1, 1, n, d)))
+    o = np.full((1, 1, m, d), np.nan, np.float32)
+    ck = attention_bhmd.compile(q, k, v, o, target="cuda")   # a plan exists
+    assert ck.target == "cuda"
+    got, ref = run_both(attention_bhmd, [q, k, v, o], device)
+    s = np.einsum("bhmd,bhnd->bhmn", q.astype(np.float64), k) * 0.5
+    p = np.exp(s - s.max(-1, keepdims=True))
+    oracle = (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
+    np.testing.assert_allclose(ref[3], oracle, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[3], ref[3], rtol=2e-5, atol=2e-6)
+
+
+def test_batch_dims_are_not_padded_for_tl_dot() -> None:
+    """Only tl.dot's m, n, k dims pad to 16; the unit b and h dims stay 1, so the (b, h, m,
+    d, n) broadcast product holds 16·16·16 lanes, not 256 times that."""
+    from tilenest.backends.cuda.resources import BlockLayout
+    from tilenest.ir.types import TileType
+
+    arrays = [np.zeros(s, np.float32) for s in ((1, 1, 1, 7), (1, 1, 4, 7), (1, 1, 4, 7),
+                                                (1, 1, 1, 7))]
+    fn = attention_bhmd.ir(*arrays)
+    layout = BlockLayout(fn, 16)
+    largest = max(int(np.prod(layout.shape(r.type))) for op in fn.walk() for r in op.results
+                  if isinstance(r.type, TileType))
+    assert largest == 16 * 16 * 16

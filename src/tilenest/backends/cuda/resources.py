@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tilenest.ir.core import Function, Op, Region
+from tilenest.ir.ops import mma_roles
 from tilenest.ir.types import Dim, TensorType, TileType
 
 MISALIGNED = "~misaligned"  # dot-flop key suffix: an operand is read from misaligned rows
@@ -17,17 +18,25 @@ def next_pow2(n: int) -> int:
 
 
 class BlockLayout:
-    """Padded block extents: powers of two, and at least `min_dot` for dims used by `mma`
-    (tl.dot needs 16 in every dimension). Dims are matched by identity."""
+    """Padded block extents: powers of two (Triton blocks), and at least `min_dot` for the
+    m, n and contracted dims of an `mma` (tl.dot needs 16 there). Batch dims of an `mma`
+    are not tl.dot dims and stay at their power of two: padding a unit batch dim to 16
+    multiplies every block that carries it (a broadcast product of q and k over
+    (b, h, m, d, n) by 256 for two of them). Dims are matched by identity."""
 
     def __init__(self, fn: Function, min_dot: int) -> None:
         self.min_dot = min_dot
         self.dot_dims: set[int] = set()
         for op in fn.walk():
             if op.name == "mma":
-                for v in (*op.operands, op.result):
-                    assert isinstance(v.type, TileType)
-                    self.dot_dims.update(id(d) for d in v.type.dims)
+                a, b, c = (v.type for v in op.operands)
+                assert isinstance(a, TileType) and isinstance(b, TileType)
+                assert isinstance(c, TileType)
+                try:
+                    _, ms, ns, ks = mma_roles(a, b, c)
+                except ValueError:  # the verifier rejects it; pad everything meanwhile
+                    ms, ns, ks = list(a.dims), list(b.dims), list(c.dims)
+                self.dot_dims.update(id(d) for d in (*ms, *ns, *ks))
 
     def extent(self, dim: Dim, extent: int) -> int:
         p = next_pow2(max(1, extent))

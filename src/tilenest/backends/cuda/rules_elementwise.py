@@ -2,10 +2,11 @@
 
 Every op rounds to its declared type as written (IEEE policy): float division is `div_rn`
 (Triton's `/` on f32 is approximate), `sqrt` is `sqrt_rn`, transcendental functions come from
-libdevice in f32/f64 (f16/bf16 compute in f32 and round once), `maximum`/`minimum` propagate
-NaN like numpy. FMA contraction is governed by the launch (`enable_fp_fusion`) from the
-policy. Result shapes follow the operands' blocks, so the same rules evaluate `map` bodies
-(rank-0 IR values that are whole blocks at run time).
+libdevice in f32/f64 (f16/bf16 compute in f32 and round once), float `maximum`/`minimum`
+are IEEE 754-2019 (the prelude's `tn_max`/`tn_min`: canonical NaN, -0.0 < +0.0). FMA
+contraction is governed by the launch (`enable_fp_fusion`) from the policy. Result shapes
+follow the operands' blocks, so the same rules evaluate `map` bodies (rank-0 IR values that
+are whole blocks at run time).
 """
 
 from __future__ import annotations
@@ -16,6 +17,14 @@ from tilenest.errors import BackendError
 from tilenest.ir.core import Op
 from tilenest.ir.dtypes import DType
 from tilenest.ir.types import TileType
+
+COMBINE_HELPER = {"add": "tn_add", "mul": "tn_mul", "maximum": "tn_max", "minimum": "tn_min"}
+_INT_COMBINE_HELPER = {**COMBINE_HELPER, "maximum": "tn_imax", "minimum": "tn_imin"}
+
+
+def combine_helper(name: str, dtype: DType) -> str:
+    """The prelude's jit function of a combine (usable as a `tl.reduce` combine)."""
+    return (COMBINE_HELPER if dtype.is_float else _INT_COMBINE_HELPER)[name]
 
 
 def _widest(*blocks: Block) -> tuple[int, ...]:
@@ -72,8 +81,7 @@ def _floordiv(em: Emitter, op: Op) -> None:
 @lowering("maximum", "minimum")
 def _minmax(em: Emitter, op: Op) -> None:
     a, b = em.block(op.operands[0]), em.block(op.operands[1])
-    helper = "tn_max" if op.name == "maximum" else "tn_min"
-    _result(em, op, f"{helper}({a.name}, {b.name})", a, b)
+    _result(em, op, f"{combine_helper(op.name, a.dtype)}({a.name}, {b.name})", a, b)
 
 
 @lowering("neg", "abs", "not")
@@ -112,6 +120,32 @@ def _where(em: Emitter, op: Op) -> None:
     _result(em, op, f"tl.where({c.name}, {a.name}, {b.name})", c, a, b)
 
 
+def _int_literal(value: int, dtype: DType) -> str:
+    """A 0-d constant of an integer type; values past i64 come from their bit pattern."""
+    if value > 2**63 - 1:
+        signed = "tl.int64" if dtype.bits == 64 else "tl.int32"
+        return f"tl.full([], {value - 2**dtype.bits}, {signed}).to({tl_dtype(dtype)}, bitcast=True)"
+    return f"tl.full([], {value}, {tl_dtype(dtype)})"
+
+
+def _float_to_int(em: Emitter, a: Block, dtype: DType) -> str:
+    """Saturating float → int, the reference's rule (`saturating_float_to_int`): NaN → 0,
+    truncation toward zero, out-of-range values → the type's bound (negatives → 0 for
+    unsigned). Triton's conversion (fptosi/fptoui) is undefined there, so only in-range
+    lanes are converted. The bounds are powers of two, exact in every float type."""
+    x = a.name if not _half(a.dtype) else em.assign(f"{a.name}.to(tl.float32)", "cv")
+    signed = dtype.kind == "int"
+    lo = -(2 ** (dtype.bits - 1)) if signed else 0
+    hi = 2 ** (dtype.bits - 1) - 1 if signed else 2**dtype.bits - 1
+    above = em.assign(f"{x} >= {float(hi + 1)!r}", "cv")     # trunc(x) > hi
+    below = em.assign(f"{x} < {float(lo)!r}", "cv")          # trunc(x) < lo, or lo itself
+    nan = em.assign(f"{x} != {x}", "cv")
+    safe = em.assign(f"tl.where({above} | {below} | {nan}, 0.0, {x}).to({tl_dtype(dtype)})",
+                     "cv")
+    clamped = f"tl.where({below}, {_int_literal(lo, dtype)}, {safe})"
+    return f"tl.where({above}, {_int_literal(hi, dtype)}, {clamped})"
+
+
 @lowering("cast")
 def _cast(em: Emitter, op: Op) -> None:
     a = em.block(op.operands[0])
@@ -124,7 +158,7 @@ def _cast(em: Emitter, op: Op) -> None:
         zero = "0.0" if a.dtype.is_float else "0"
         expr = f"({a.name} != {zero})"
     elif a.dtype.is_float and not t.dtype.is_float:
-        expr = f"{a.name}.to({tl_dtype(t.dtype)})"
+        expr = _float_to_int(em, a, t.dtype)
     elif a.dtype.name == "bf16" and _half(t.dtype):
         expr = f"{a.name}.to(tl.float32).to({tl_dtype(t.dtype)})"
     else:

@@ -4,8 +4,9 @@ Operands are permuted into that order by dim identity and the result back into t
 accumulator's order. Contracted padding lanes are zeroed in both operands (0 · NaN would
 otherwise poison real lanes). f32 operands use `input_precision="ieee"` unless the numerical
 policy allows tf32; f16/bf16 accumulate in f32 (a 16-bit accumulator is widened and rounded
-once at the end of the call). Integer operands, mixed operand types, several m/n dims or
-more than one batch dim have no emitter and fail closed.
+once at the end of the call). Several batch dims are merged into one (tl.dot's
+[batch, M, K]), or dropped when they hold one lane. Integer operands, mixed operand types
+or several m/n dims have no emitter and fail closed.
 
 Note: the tensor cores' accumulation order inside one instruction is the hardware's; the
 `mma` contract asks k ascending. The result is within the dtype's tolerance, not bitwise
@@ -45,10 +46,9 @@ def _mma(em: Emitter, op: Op) -> None:
     a, b, acc = (em.block(v) for v in op.operands)
     ta, tb, tc = a.type, b.type, acc.type
     batch, ms, ns, ks = mma_roles(ta, tb, tc)
-    if len(ms) != 1 or len(ns) != 1 or len(batch) > 1:
-        raise BackendError(f"mma with {len(batch)} batch, {len(ms)} m and {len(ns)} n dims has "
-                           f"no cuda emitter (needs at most one batch dim, one m, one n)",
-                           loc=op.loc)
+    if len(ms) != 1 or len(ns) != 1:
+        raise BackendError(f"mma with {len(ms)} m and {len(ns)} n dims has no cuda emitter "
+                           f"(needs one m and one n dim)", loc=op.loc)
     if ta.dtype != tb.dtype or not ta.dtype.is_float or not tc.dtype.is_float:
         raise BackendError(f"mma of {ta.dtype} x {tb.dtype} into {tc.dtype} has no cuda emitter "
                            f"(float operands of one type)", loc=op.loc)
@@ -56,11 +56,21 @@ def _mma(em: Emitter, op: Op) -> None:
         raise BackendError("mma of f64 operands needs an f64 accumulator on cuda", loc=op.loc)
     k = ks[0]
     rank = 2 + len(batch)
-    an, _ = _permuted(em, a, [*batch, ms[0], k])
-    bn, _ = _permuted(em, b, [*batch, k, ns[0]])
+    an, ashape = _permuted(em, a, [*batch, ms[0], k])
+    bn, bshape = _permuted(em, b, [*batch, k, ns[0]])
     cn, cshape = _permuted(em, acc, [*batch, ms[0], ns[0]])
     an = _zero_k(em, an, a, k, rank - 1, rank)
     bn = _zero_k(em, bn, b, k, rank - 2, rank)
+    # tl.dot takes at most one batch dim: the batch dims (row-major, padded to powers of two)
+    # are merged into one, or dropped when they hold one lane; reshape keeps element order.
+    lanes = 1
+    for e in cshape[:len(batch)]:
+        lanes *= e
+    merged = [] if lanes == 1 else [lanes]
+    if len(batch) != len(merged):
+        an = em.assign(f"tl.reshape({an}, {[*merged, *ashape[-2:]]!r})", "mb")
+        bn = em.assign(f"tl.reshape({bn}, {[*merged, *bshape[-2:]]!r})", "mb")
+        cn = em.assign(f"tl.reshape({cn}, {[*merged, *cshape[-2:]]!r})", "mb")
     work = "tl.float64" if ta.dtype.name == "f64" else "tl.float32"
     if tc.dtype.bits < 32:
         cn = em.assign(f"{cn}.to(tl.float32)", "mc")
@@ -73,6 +83,8 @@ def _mma(em: Emitter, op: Op) -> None:
     result = em.assign(f"tl.dot({an}, {bn}, {cn}{options}, out_dtype={work})", "dot")
     if tc.dtype.bits < 32:
         result = em.assign(f"{result}.to({tl_dtype(tc.dtype)})", "dot")
+    if len(batch) != len(merged):
+        result = em.assign(f"tl.reshape({result}, {list(cshape)!r})", "dot")
     # Back to the accumulator's own dim order.
     order = [*batch, ms[0], ns[0]]
     back = [order.index(d) for d in tc.dims]
@@ -81,4 +93,3 @@ def _mma(em: Emitter, op: Op) -> None:
     t = op.result.type
     assert isinstance(t, TileType)
     em.bind(op.result, result, "acc", acc.padded)
-    del cshape

@@ -2,9 +2,12 @@
 blocks).
 
 - one closed state under `unordered_tree` whose body is `take(x, i)` then the combine (what
-  `tn.sum(x, axis=d)` lowers to): `tl.reduce` over the block axis with padding lanes set to
-  the combine's exact identity, then `init ⊕ tree` (the initial value merged once, last).
-  Triton's reduction tree is a regrouping that contract allows.
+  `tn.sum(x, axis=d)` lowers to; `extract(x, i)` of a rank-1 tile is the same slice):
+  `tl.reduce` over the block axis with padding lanes set to the combine's exact identity
+  (-0.0 for float add: +0.0 would turn a sum of -0.0 into +0.0; 1 for mul; -inf/+inf for
+  max/min, exact under the IEEE rule, NaN and signed zeros included), then `init ⊕ tree`
+  (the initial value merged once, last). Triton's reduction tree is a regrouping that
+  contract allows; every combine is bitwise commutative, and exact on exact inputs.
 - the same shape under `ordered_tree`: the balanced pairwise tree in index order, built from
   reshape/split levels. Padding with exact identities to a power of two gives the
   reference's tree (an odd element carried up equals element ⊕ identity), then `init ⊕ tree`.
@@ -16,16 +19,15 @@ blocks).
 
 from __future__ import annotations
 
-from tilenest.analysis.reductions import axis_reduction, closed_states
+from tilenest.analysis.reductions import ClosedState, axis_reduction, closed_states
 from tilenest.backends.cuda.emitter import Block, Emitter
 from tilenest.backends.cuda.rules import lowering
+from tilenest.backends.cuda.rules_elementwise import combine_helper
 from tilenest.backends.cuda.rules_regions import carried_loop
 from tilenest.errors import BackendError
-from tilenest.ir.core import Op
+from tilenest.ir.core import Op, Value
 from tilenest.ir.dtypes import DType
 from tilenest.ir.types import TileType
-
-COMBINE_HELPER = {"add": "tn_add", "mul": "tn_mul", "maximum": "tn_max", "minimum": "tn_min"}
 
 
 def identity(name: str, dtype: DType) -> str:
@@ -68,15 +70,41 @@ def _tree(em: Emitter, src: str, x: Block, axis: int, helper: str) -> str:
     return em.assign(f"tl.reduce({src}, {rank - 1}, tn_first)", "tr")
 
 
+def _axis_shape(op: Op, closed: dict[int, ClosedState]
+                ) -> tuple[Value, int, ClosedState] | None:
+    """The folded tile, its axis and the state of a reduction over one tile axis: what
+    `tn.sum(x, axis=d)` lowers to (`take`), or the hand-written `acc ⊕ x[r.index()]` over
+    a rank-1 tile (`extract`, the same slice)."""
+    found = axis_reduction(op, closed)
+    if found is not None:
+        take, state = found
+        return take.operands[0], take.attrs["axis"], state
+    body = op.body
+    if len(op.attrs["domain"]) != 1 or len(op.operands) != 1 or 0 not in closed:
+        return None
+    ops = [o for o in body.ops if o.name != "yield"]
+    state = closed[0]
+    if len(ops) != 2 or ops[0].name != "extract" or ops[1] is not state.combine:
+        return None
+    extract = ops[0]
+    source = extract.operands[0]
+    if len(extract.operands) != 2 or extract.operands[1] is not body.args[0] or \
+            not isinstance(source.type, TileType) or source.type.rank != 1 or \
+            source.type.shape[0] != op.attrs["domain"][0][1]:
+        return None
+    if state.combine.operands[1 - state.state_operand] is not extract.result:
+        return None
+    return source, 0, state
+
+
 @lowering("reduce")
 def _reduce(em: Emitter, op: Op) -> None:
     order = op.attrs["order"]
     closed = closed_states(op)
-    shape = axis_reduction(op, closed) if order in ("unordered_tree", "ordered_tree") else None
+    shape = _axis_shape(op, closed) if order in ("unordered_tree", "ordered_tree") else None
     if shape is not None:
-        take, state = shape
-        x = em.block(take.operands[0])
-        axis = take.attrs["axis"]
+        source, axis, state = shape
+        x = em.block(source)
         init = em.block(op.operands[0])
         t = op.result.type
         assert isinstance(t, TileType)
@@ -84,7 +112,7 @@ def _reduce(em: Emitter, op: Op) -> None:
             em.env[op.result] = init
             return
         name = state.combine.name
-        helper = COMBINE_HELPER[name]
+        helper = combine_helper(name, x.dtype)
         src = _masked(em, x, axis, name)
         if x.dtype.is_bool:
             raise BackendError("reductions of bool tiles have no cuda emitter", loc=op.loc)
