@@ -17,7 +17,7 @@ from examples.common import Case, Example
 
 
 @tn.kernel
-def attention(Q, K, V, O, *, BM=16):
+def attention(Q, K, V, O, *, BM=tn.tunable(16, 32, 64)):
     B, H, SQ, D = Q.shape
     SK = K.shape[2]
     scale = 1.0 / math.sqrt(D)

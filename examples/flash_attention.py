@@ -21,7 +21,8 @@ from examples.common import Case, Example
 
 
 @tn.kernel
-def flash_attention(Q, K, V, O, *, BM=16, BN=16, CAUSAL=False):
+def flash_attention(Q, K, V, O, *, BM=tn.tunable(16, 32, 64, 128),
+                    BN=tn.tunable(16, 32, 64), CAUSAL=False):
     B, H, SQ, D = Q.shape
     SK = K.shape[2]
     scale = 1.0 / math.sqrt(D)

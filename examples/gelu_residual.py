@@ -22,7 +22,7 @@ def gelu_tanh(x):
 
 
 @tn.kernel
-def gelu_residual(X, R, Y, *, BM=16, BN=32):
+def gelu_residual(X, R, Y, *, BM=tn.tunable(16, 8, 32, 64), BN=tn.tunable(32, 64, 128)):
     M, N = X.shape
     gm, gn = tn.axis("gm", tn.cdiv(M, BM)), tn.axis("gn", tn.cdiv(N, BN))
     m, n = tn.axis("m", BM), tn.axis("n", BN)

@@ -14,7 +14,8 @@ from examples.common import Case, Example
 
 
 @tn.kernel
-def gemm(A, B, C, *, BM=64, BN=64, BK=32):
+def gemm(A, B, C, *, BM=tn.tunable(64, 128, 32), BN=tn.tunable(64, 128, 256),
+         BK=tn.tunable(32, 64, 16)):
     M, K = A.shape
     N = B.shape[1]
     gm, gn = tn.axis("gm", tn.cdiv(M, BM)), tn.axis("gn", tn.cdiv(N, BN))

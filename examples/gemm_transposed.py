@@ -13,7 +13,8 @@ from examples.common import Case, Example
 
 
 @tn.kernel
-def gemm_transposed(A, B, C, *, BM=32, BN=32, BK=16):
+def gemm_transposed(A, B, C, *, BM=tn.tunable(32, 64, 128),
+                    BN=tn.tunable(32, 64, 128, 256), BK=tn.tunable(16, 32, 64)):
     K, M = A.shape
     N = B.shape[1]
     gm, gn = tn.axis("gm", tn.cdiv(M, BM)), tn.axis("gn", tn.cdiv(N, BN))

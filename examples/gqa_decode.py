@@ -18,7 +18,7 @@ from examples.common import Case, Example
 
 
 @tn.kernel
-def gqa_decode(Q, K, V, O, *, BN=32):
+def gqa_decode(Q, K, V, O, *, BN=tn.tunable(32, 16, 64, 128)):
     B, HQ, D = Q.shape
     HKV, S = K.shape[1], K.shape[2]
     G = HQ // HKV

@@ -14,7 +14,7 @@ from examples.common import Case, Example, next_pow2
 
 
 @tn.kernel
-def layernorm(X, W, B, Y, *, ROWS=8, EPS=1e-5):
+def layernorm(X, W, B, Y, *, ROWS=tn.tunable(8, 1, 2, 4), EPS=1e-5):
     M, N = X.shape
     programs = tn.axis("programs", tn.cdiv(M, ROWS))
     r, c = tn.axis("r", ROWS), tn.axis("c", next_pow2(N))

@@ -13,7 +13,7 @@ from examples.common import Case, Example, next_pow2
 
 
 @tn.kernel
-def masked_softmax(X, Y, *, ROWS=8):
+def masked_softmax(X, Y, *, ROWS=tn.tunable(8, 1, 2, 4)):
     M, N = X.shape
     programs = tn.axis("programs", tn.cdiv(M, ROWS))
     r, c = tn.axis("r", ROWS), tn.axis("c", next_pow2(N))

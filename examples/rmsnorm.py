@@ -13,7 +13,7 @@ from examples.common import Case, Example, next_pow2
 
 
 @tn.kernel
-def rmsnorm(X, W, Y, *, ROWS=8, EPS=1e-6):
+def rmsnorm(X, W, Y, *, ROWS=tn.tunable(8, 1, 2, 4), EPS=1e-6):
     M, N = X.shape
     programs = tn.axis("programs", tn.cdiv(M, ROWS))
     r, c = tn.axis("r", ROWS), tn.axis("c", next_pow2(N))

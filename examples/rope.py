@@ -15,7 +15,7 @@ from examples.common import Case, Example
 
 
 @tn.kernel
-def rope(X, Cos, Sin, Y, *, BT=16):
+def rope(X, Cos, Sin, Y, *, BT=tn.tunable(16, 8, 32, 64)):
     T, H, D = X.shape
     HALF = D // 2
     blocks, heads = tn.axis("blocks", tn.cdiv(T, BT)), tn.axis("heads", H)
