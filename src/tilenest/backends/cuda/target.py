@@ -488,7 +488,8 @@ def plan_cuda(fn: Function, options: dict[str, Any], gpu: GpuInfo | None = None
     return plan(fn, info, opts), info
 
 
-def prepare(fn: Function, options: dict[str, Any]) -> Executable:
+def prepare(fn: Function, options: dict[str, Any], planned: tuple[Any, Any] | None = None
+            ) -> Executable:
     """Plan (every compile) and build Triton kernels."""
     from tilenest.backends.cuda.launch import CudaExecutable
 
@@ -504,7 +505,7 @@ def prepare(fn: Function, options: dict[str, Any]) -> Executable:
             # running needs the device.
             missing = ("the cuda target needs a CUDA GPU to run (or TRITON_INTERPRET=1 for "
                        "the Triton interpreter); planned for the static H200 description")
-    result, info = plan_cuda(fn, options)
+    result, info = planned if planned is not None else plan_cuda(fn, options)
     chosen: CudaPlan = require_selection(result, fn.name).plan
     exe = CudaExecutable(fn, chosen, interpret)
     dump("triton", fn.name, "py", exe.fast.lowered.source)
