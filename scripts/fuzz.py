@@ -41,25 +41,28 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.monotonic() + 60.0 * args.minutes
     failures: list[str] = []
 
-    @settings(max_examples=25, deadline=None, phases=[Phase.generate], database=None,
+    class TimeUp(BaseException):
+        """Ends the one long hypothesis run (examples grow as it goes; no shrinking)."""
+
+    @settings(max_examples=10**9, deadline=None, phases=[Phase.generate], database=None,
               suppress_health_check=list(HealthCheck))
     @given(prog=fz.programs())
-    def batch(prog: fz.Program) -> None:
+    def run(prog: fz.Program) -> None:
         if time.monotonic() > deadline:
-            return
+            raise TimeUp
         problems = fz.check_program(prog, targets)
         if problems:
             failures.append("\n".join(problems))
             print(f"MISMATCH #{len(failures)}:\n{failures[-1]}\n", flush=True)
+        if fz.STATS["examples"] % 50 == 0:
+            print(f"[{(time.monotonic() - start) / 60:5.1f} min] examples "
+                  f"{fz.STATS['examples']}  mismatches {len(failures)}", flush=True)
 
     start = time.monotonic()
-    round_ = 0
-    while time.monotonic() < deadline:
-        run = batch if args.seed is None else seed(args.seed + round_)(batch)
-        run()
-        round_ += 1
-        print(f"[{(time.monotonic() - start) / 60:5.1f} min] examples {fz.STATS['examples']}"
-              f"  mismatches {len(failures)}", flush=True)
+    try:
+        (run if args.seed is None else seed(args.seed)(run))()
+    except TimeUp:
+        pass
     if args.log and failures:
         with open(args.log, "a") as f:
             f.write("\n\n".join(failures) + "\n")
