@@ -8,6 +8,10 @@
   (c) --part gemm-ragged: f16 4095x4097x4093 (the planner pads misaligned operands), f32
       IEEE and tf32 4096^3 (under tf32 the planner copies row-major B K-major: "kmajor"
       rows), planner's choice vs fixed plans, hand Triton and cuBLAS.
+  (d) --part contracts: the cuda contract tests (issue 8: simultaneous carries, stores in
+      program order, reductions and max/min bitwise, saturating casts, dropped point axes,
+      4-d attention) on CUDA tensors: the same pytest files as the interpreter tier, whose
+      `device` fixture picks the GPU when TRITON_INTERPRET is unset. Log: contracts.log.
 
 Works with PYTHONPATH=src:. (no install). Writes logs/JSON/markdown under $OUT and prints a
 short table last. Each part stays under ~8 minutes.
@@ -93,6 +97,24 @@ def part_e2e() -> int:
     return rc | bool(failed)
 
 
+CONTRACT_TESTS = ("tests/cuda/test_cuda_contracts.py", "tests/cuda/test_cuda_numeric_contracts.py")
+
+
+def part_contracts() -> int:
+    os.makedirs(OUT, exist_ok=True)
+    t0 = time.time()
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
+           *CONTRACT_TESTS]
+    p = subprocess.run(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    with open(os.path.join(OUT, "contracts.log"), "w") as log:
+        log.write(p.stdout)
+    tail = p.stdout.strip().splitlines()[-25:]
+    print(f"== contracts: rc {p.returncode} ({time.time() - t0:.0f} s)\n" + "\n".join(tail),
+          flush=True)
+    return p.returncode
+
+
 def part_bench(only: str) -> int:
     cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "cuda_suite.py"), "--out", OUT,
            "--only", only]
@@ -101,7 +123,8 @@ def part_bench(only: str) -> int:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--part", choices=("e2e", "bench", "gemm-ragged"), default="e2e")
+    p.add_argument("--part", choices=("e2e", "bench", "gemm-ragged", "contracts"),
+                   default="e2e")
     p.add_argument("--only", default="gemm")
     a = p.parse_args()
     import torch
@@ -112,6 +135,8 @@ def main() -> int:
           flush=True)
     if a.part == "gemm-ragged":
         return part_bench("gemm-ragged")
+    if a.part == "contracts":
+        return part_contracts()
     return part_e2e() if a.part == "e2e" else part_bench(a.only)
 
 

@@ -50,11 +50,25 @@ def tn_mul(a, b):
 # Bitwise commutative and associative, so tl.reduce may group them freely. Not
 # tl.maximum: on the GPU it is max.f32, whose choice on a +-0 tie is not this rule.
 @triton.jit
+def tn_canonical_nan(x):
+    # From bit patterns, not TN_NAN: Triton checks that an inner jit function's globals are
+    # unchanged between compilations with ==, and nan != nan.
+    if x.dtype == tl.float64:
+        return tl.full([], 0x7FF8000000000000, tl.int64).to(tl.float64, bitcast=True)
+    elif x.dtype == tl.float32:
+        return tl.full([], 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
+    elif x.dtype == tl.float16:
+        return tl.full([], 0x7E00, tl.int16).to(tl.float16, bitcast=True)
+    else:
+        return tl.full([], 0x7FC0, tl.int16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
 def tn_max(a, b):
     m = tl.where(a > b, a, b)
     # Both zero: a + b is +0.0 unless both are -0.0.
     m = tl.where((a == 0) & (b == 0), a + b, m)
-    return tl.where((a != a) | (b != b), tl.full([], TN_NAN, m.dtype), m)
+    return tl.where((a != a) | (b != b), tn_canonical_nan(m), m)
 
 
 @triton.jit
@@ -62,7 +76,7 @@ def tn_min(a, b):
     m = tl.where(a < b, a, b)
     # Both zero: -(-a + -b) is -0.0 unless both are +0.0.
     m = tl.where((a == 0) & (b == 0), -((-a) + (-b)), m)
-    return tl.where((a != a) | (b != b), tl.full([], TN_NAN, m.dtype), m)
+    return tl.where((a != a) | (b != b), tn_canonical_nan(m), m)
 
 
 @triton.jit
