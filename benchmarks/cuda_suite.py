@@ -79,6 +79,15 @@ def gemm_case(dtype: str, M: int, N: int, K: int, tf32: bool, log: list[str]) ->
         configs = [(128, 128, 32, 8, 3), (64, 128, 32, 4, 3), (128, 64, 32, 4, 4)]
         if tf32:
             configs += [(128, 128, 64, 8, 3), (128, 256, 32, 8, 3), (256, 128, 32, 8, 3)]
+    # A plain call, as a user writes it: no constants, the planner picks the tunables.
+    pout = torch.empty(M, N, device="cuda", dtype=dt)
+    popts0: dict[str, Any] = {} if policy is None else {"policy": policy}
+    pck = _safe(f"{label} tilenest plain", lambda: kern.compile(
+        sets[0][0], sets[0][1], pout, target="cuda", **popts0), log)
+    if pck is not None:
+        chosen = " ".join(f"{k}{v}" for k, v in pck.constants.items())
+        case.contenders[f"tilenest plain call ({chosen})"] = (
+            lambda i: kern(sets[i][0], sets[i][1], pout, **popts0), lambda: pout)
     # The planner's own choice (warps, stages, traversal, padded copies of misaligned
     # operands, K-major copies of tf32 operands) per tile size, then the fixed-plan sweep
     # (original strides) as controls.
@@ -154,6 +163,12 @@ def _rows_case(example: str, dtype: str, M: int, N: int, log: list[str]) -> Case
     def args(i: int, out: torch.Tensor) -> list[torch.Tensor]:
         return [*sets[i][:nparams], out]
 
+    pout = torch.empty(M, N, device="cuda", dtype=dt)
+    pck = _safe(f"{case.name} tilenest plain", lambda: ex.kernel.compile(
+        *args(0, pout), target="cuda"), log)
+    if pck is not None:  # a plain call: the planner picks ROWS
+        case.contenders[f"tilenest plain call (ROWS{pck.constants['ROWS']})"] = (
+            lambda i: ex.kernel(*args(i, pout)), lambda: pout)
     for rows in (1, 2, 4):
         for warps in (4, 8, 16):
             out = torch.empty(M, N, device="cuda", dtype=dt)
@@ -209,6 +224,13 @@ def attention_case(causal: bool, log: list[str], B: int = 4, H: int = 32, S: int
         heads, refs[i], strict=True))
     case.tol = TOL[dt]
     kern = EXAMPLES["flash_attention"].kernel
+    pout = torch.empty(B, H, S, D, device="cuda", dtype=dt)
+    pck = _safe(f"{case.name} tilenest plain", lambda: kern.compile(
+        *sets[0], pout, target="cuda", CAUSAL=causal), log)
+    if pck is not None:  # a plain call: the planner picks BM and BN
+        chosen = f"BM{pck.constants['BM']} BN{pck.constants['BN']}"
+        case.contenders[f"tilenest plain call ({chosen})"] = (
+            lambda i: kern(*sets[i], pout, CAUSAL=causal), lambda: pout)
     for bm, bn, warps, stages in ((128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3),
                                   (128, 64, 4, 3)):
         out = torch.empty(B, H, S, D, device="cuda", dtype=dt)
