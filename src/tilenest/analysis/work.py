@@ -111,19 +111,30 @@ class _Slopes:
             self.memo[a] = ({i: 1}, 0)
 
     def of(self, v: Value) -> Affine:
-        if v in self.memo:
-            return self.memo[v]
-        owner = v.owner
-        result: Affine = None
-        if not isinstance(owner, Op):
-            result = ({}, None)  # a nested region's own index: the same in every program
-        elif owner.name == "index.const":
-            result = ({}, owner.attrs["value"])
-        elif owner.name.startswith("index.") and len(owner.operands) == 2:
-            result = _combine(owner.name[6:], self.of(owner.operands[0]),
-                              self.of(owner.operands[1]))
-        self.memo[v] = result
-        return result
+        """The affine form of `v`, by an explicit post-order walk of its index operands (an
+        index chain thousands of ops deep must not hit Python's recursion limit)."""
+        stack: list[tuple[Value, bool]] = [(v, False)]
+        while stack:
+            u, expanded = stack.pop()
+            if u in self.memo:
+                continue
+            owner = u.owner
+            binary = (isinstance(owner, Op) and owner.name.startswith("index.")
+                      and owner.name != "index.const" and len(owner.operands) == 2)
+            if binary and not expanded:
+                stack.append((u, True))
+                stack.extend((o, False) for o in owner.operands if o not in self.memo)
+                continue
+            result: Affine = None
+            if not isinstance(owner, Op):
+                result = ({}, None)  # a nested region's own index: the same in every program
+            elif owner.name == "index.const":
+                result = ({}, owner.attrs["value"])
+            elif binary:
+                result = _combine(owner.name[6:], self.memo[owner.operands[0]],
+                                  self.memo[owner.operands[1]])
+            self.memo[u] = result
+        return self.memo[v]
 
 
 def _combine(kind: str, x: Affine, y: Affine) -> Affine:

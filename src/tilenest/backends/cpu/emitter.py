@@ -226,7 +226,8 @@ class Emitter:
         return str(op.loc) if op.loc is not None else "?"
 
 
-def recipe(dtype: DType, shape: tuple[int, ...], operands: list[Tile], emit) -> Recipe:
+def recipe(dtype: DType, shape: tuple[int, ...], operands: list[Tile], combine) -> Recipe:
+    """An elementwise recipe: `combine(b, values)` of the operands at one element."""
     leaves: list[Arr] = []
     aligned = True
     cost = 1
@@ -234,5 +235,10 @@ def recipe(dtype: DType, shape: tuple[int, ...], operands: list[Tile], emit) -> 
         leaves.extend(o.leaves())
         aligned = aligned and o.aligned
         cost += getattr(o, "cost", 0) if isinstance(o, Recipe) else 0
+    ins = tuple(operands)
+
+    def emit(b: ir.IRBuilder, coords: list[ir.Value], lane: ir.Value | None) -> ir.Value:
+        return combine(b, [x.load(b, coords, lane) for x in ins])
+
     return Recipe(dtype, shape, all(o.uniform for o in operands), emit, tuple(leaves),
-                  aligned, cost)
+                  aligned, cost, ins, combine)

@@ -89,6 +89,7 @@ class Arr:
 
 
 Emit = Callable[[ir.IRBuilder, list[ir.Value], ir.Value | None], ir.Value]
+Combine = Callable[[ir.IRBuilder, list[ir.Value]], ir.Value]
 
 
 @dataclass
@@ -100,12 +101,47 @@ class Recipe:
     leaf_arrays: tuple[Arr, ...] = field(default_factory=tuple)
     aligned: bool = True          # every leaf is read at the consumer's own coordinates
     cost: int = 1                 # rough per-element work, to bound recomputation
+    # An elementwise recipe: `combine` of its `inputs` loaded at the same coordinates. Such
+    # recipes are evaluated by `load` with an explicit stack, not by nested calls, so a
+    # fused chain of thousands of ops does not hit Python's recursion limit.
+    inputs: tuple[Arr | Recipe, ...] = ()
+    combine: Combine | None = None
 
     def load(self, b: ir.IRBuilder, coords: list[ir.Value], lane: ir.Value | None) -> ir.Value:
-        return self.emit(b, coords, lane if not self.uniform else None)
+        if self.combine is None:
+            return self.emit(b, coords, lane if not self.uniform else None)
+        return _load_elementwise(self, b, coords, lane)
 
     def leaves(self) -> tuple[Arr, ...]:
         return self.leaf_arrays
+
+
+def _is_elementwise(t: object) -> bool:
+    return isinstance(t, Recipe) and t.combine is not None
+
+
+def _load_elementwise(root: Recipe, b: ir.IRBuilder, coords: list[ir.Value],
+                      lane: ir.Value | None) -> ir.Value:
+    """Post-order evaluation of the elementwise sub-DAG under `root` at one element (each
+    node once); other inputs (arrays, relayouts) load themselves. A uniform node only has
+    uniform inputs, so a node reads lane `None` exactly when it is uniform itself."""
+    values: dict[int, ir.Value] = {}
+    stack: list[tuple[Recipe, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if id(node) in values:
+            continue
+        if not expanded:
+            stack.append((node, True))
+            stack.extend((x, False) for x in reversed(node.inputs)
+                         if _is_elementwise(x) and id(x) not in values)
+            continue
+        node_lane = None if node.uniform else lane
+        args = [values[id(x)] if _is_elementwise(x) else x.load(b, coords, node_lane)
+                for x in node.inputs]
+        assert node.combine is not None
+        values[id(node)] = node.combine(b, args)
+    return values[id(root)]
 
 
 Tile = Arr | Recipe

@@ -70,11 +70,7 @@ def _arange(em: Emitter, op: Op) -> None:
 def _elementwise(em: Emitter, op: Op, scalar) -> None:
     ins = [em.tile(v) for v in op.operands]
     t = _tile_type(op.result)
-
-    def emit(b: ir.IRBuilder, coords: list[ir.Value], lane: ir.Value | None) -> ir.Value:
-        return scalar(b, [x.load(b, coords, lane) for x in ins])
-
-    bind(em, op.result, recipe(t.dtype, t.shape, ins, emit))
+    bind(em, op.result, recipe(t.dtype, t.shape, ins, scalar))
 
 
 def _binary_rule(name: str):
