@@ -97,7 +97,8 @@ def part_e2e() -> int:
     return rc | bool(failed)
 
 
-CONTRACT_TESTS = ("tests/cuda/test_cuda_contracts.py", "tests/cuda/test_cuda_numeric_contracts.py")
+CONTRACT_TESTS = ("tests/cuda/test_cuda_contracts.py", "tests/cuda/test_cuda_numeric_contracts.py",
+                  "tests/cuda/test_cuda_call_status.py")
 
 
 def part_contracts() -> int:

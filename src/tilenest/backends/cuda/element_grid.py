@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from tilenest.backends.cuda.emitter import Block, Emitter, Facts, Idx, tl_dtype
 from tilenest.backends.cuda.rules import lower_op, lower_ops
-from tilenest.backends.cuda.rules_tile import literal
+from tilenest.backends.cuda.rules_tile import full_expr, literal
 from tilenest.errors import BackendError
 from tilenest.ir.core import Function, Op, Value
 from tilenest.ir.ops import EFFECT, ELEMENTWISE, REGION, has_trait
@@ -188,9 +188,8 @@ class ElementEmitter(Emitter):
         elif op.name == "full":
             t = v.type
             assert isinstance(t, TileType)
-            out = self.vec(v, self.assign(f"tl.full([{self.block_n}], "
-                                          f"{literal(op.attrs['value'], t.dtype)}, "
-                                          f"{tl_dtype(t.dtype)})", "f"))
+            out = self.vec(v, self.assign(full_expr(f"[{self.block_n}]", op.attrs["value"],
+                                                    t.dtype), "f"))
         elif op.name == "arange":
             t = v.type
             assert isinstance(t, TileType)

@@ -132,6 +132,13 @@ class CudaExecutable:
             self._status = torch.zeros(1, dtype=torch.int32, device=device)
         return self._status
 
+    @staticmethod
+    def _fresh_status(like: Any) -> Any:
+        import torch
+
+        return torch.zeros(1, dtype=torch.int32,
+                           device=like.device if like is not None else "cpu")
+
     def run(self, args: dict[str, Any]) -> None:
         tensors = [_as_tensor(args[p.name], p.name, self.interpret) for p in self.fn.params]
         if not self.interpret and any(_on_host(t) for t in tensors):
@@ -146,12 +153,14 @@ class CudaExecutable:
     def _launch(self, tensors: list[Any]) -> None:
         build = self._choose(tensors)
         self.last_build = "fast" if build is self.fast else "safe"
-        status = self._status_word(tensors[0] if tensors else None)
+        checked = build.lowered.uses_status
+        like = tensors[0] if tensors else None
+        # A kernel that can flag a run-time error gets a status word of its own per call
+        # (allocated on the current stream): one shared word would let a concurrent call
+        # clear or report another call's error. Kernels that never write it share one.
+        status = self._fresh_status(like) if checked else self._status_word(like)
         if build is self.fast and self.padding is not None:
             tensors = self.padding.substitute(tensors)
-        checked = build.lowered.uses_status
-        if checked:
-            status.zero_()
         launch_args = (*tensors, status)
         for phase, kernel in zip(build.lowered.phases, build.kernels, strict=True):
             if phase.programs == 0:

@@ -74,8 +74,9 @@ def tn_max(a, b):
 @triton.jit
 def tn_min(a, b):
     m = tl.where(a < b, a, b)
-    # Both zero: -(-a + -b) is -0.0 unless both are +0.0.
-    m = tl.where((a == 0) & (b == 0), -((-a) + (-b)), m)
+    # Both zero: -(-a + -b) is -0.0 unless both are +0.0 (negation as a product by -1.0:
+    # Triton's unary minus is 0 - x, which turns -(+0.0) into +0.0).
+    m = tl.where((a == 0) & (b == 0), ((a * -1.0) + (b * -1.0)) * -1.0, m)
     return tl.where((a != a) | (b != b), tn_canonical_nan(m), m)
 
 

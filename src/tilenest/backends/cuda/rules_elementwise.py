@@ -87,8 +87,8 @@ def _minmax(em: Emitter, op: Op) -> None:
 @lowering("neg", "abs", "not")
 def _exact_unary(em: Emitter, op: Op) -> None:
     a = em.block(op.operands[0])
-    if op.name == "neg":
-        expr = f"(-{a.name})"
+    if op.name == "neg":  # Triton's unary minus is 0 - x: +0.0 for x = +0.0
+        expr = f"({a.name} * -1.0)" if a.dtype.is_float else f"(-{a.name})"
     elif op.name == "abs":
         expr = f"tl.abs({a.name})"
     else:

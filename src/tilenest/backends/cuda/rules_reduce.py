@@ -24,6 +24,7 @@ from tilenest.backends.cuda.emitter import Block, Emitter
 from tilenest.backends.cuda.rules import lowering
 from tilenest.backends.cuda.rules_elementwise import combine_helper
 from tilenest.backends.cuda.rules_regions import carried_loop
+from tilenest.backends.cuda.rules_tile import negative_zero
 from tilenest.errors import BackendError
 from tilenest.ir.core import Op, Value
 from tilenest.ir.dtypes import DType
@@ -33,7 +34,7 @@ from tilenest.ir.types import TileType
 def identity(name: str, dtype: DType) -> str:
     """A literal e with x ⊕ e == x exactly for every x of `dtype`."""
     if dtype.is_float:
-        return {"add": "-0.0", "mul": "1.0", "maximum": "TN_NEG_INF",
+        return {"add": negative_zero(dtype), "mul": "1.0", "maximum": "TN_NEG_INF",
                 "minimum": "TN_INF"}[name]
     if dtype.is_bool:
         return {"add": "False", "mul": "True", "maximum": "False", "minimum": "True"}[name]

@@ -17,8 +17,20 @@ from tilenest.ir.dtypes import DType
 from tilenest.ir.types import TileType
 
 
+def is_negative_zero(value: bool | int | float, dtype: DType) -> bool:
+    return dtype.is_float and float(value) == 0.0 and math.copysign(1.0, float(value)) < 0
+
+
+def negative_zero(dtype: DType, shape: str = "[]") -> str:
+    """-0.0 of `dtype`. Not `tl.full(shape, -0.0, dt)`: Triton builds a null (+0.0) constant
+    for any value == 0, and its unary minus is `0 - x` (+0.0 for x = +0.0); measured on the
+    H200 (scripts/device_signed_zero_probe.py). A product by -1.0 is an exact negation."""
+    return f"(tl.full({shape}, 0.0, {tl_dtype(dtype)}) * -1.0)"
+
+
 def literal(value: bool | int | float, dtype: DType) -> str:
-    """A Python literal of `value` that Triton types as `dtype` inside `tl.full`."""
+    """A Python literal (or, for -0.0, an exact 0-d expression) of `value` that Triton
+    types as `dtype`: usable as `other=` of a load and as a `tl.where` operand."""
     if dtype.is_bool:
         return repr(bool(value))
     if dtype.is_float:
@@ -27,8 +39,17 @@ def literal(value: bool | int | float, dtype: DType) -> str:
             return "TN_NAN"
         if math.isinf(v):
             return "TN_INF" if v > 0 else "TN_NEG_INF"
+        if is_negative_zero(v, dtype):
+            return negative_zero(dtype)
         return repr(v)
     return repr(int(value))
+
+
+def full_expr(shape: str, value: bool | int | float, dtype: DType) -> str:
+    """`tl.full(shape, value, dtype)`, keeping the sign of a -0.0 fill."""
+    if is_negative_zero(value, dtype):
+        return negative_zero(dtype, shape)
+    return f"tl.full({shape}, {literal(value, dtype)}, {tl_dtype(dtype)})"
 
 
 def shape_text(shape: tuple[int, ...]) -> str:
@@ -40,8 +61,7 @@ def _full(em: Emitter, op: Op) -> None:
     t = op.result.type
     assert isinstance(t, TileType)
     shape = em.padded(t)
-    em.bind(op.result, f"tl.full({shape_text(shape)}, {literal(op.attrs['value'], t.dtype)}, "
-                       f"{tl_dtype(t.dtype)})", "f", shape)
+    em.bind(op.result, full_expr(shape_text(shape), op.attrs["value"], t.dtype), "f", shape)
 
 
 @lowering("arange")
@@ -58,7 +78,7 @@ def _arange(em: Emitter, op: Op) -> None:
 def zero_of(dtype: DType) -> str:
     """The exact additive identity: -0.0 for floats (x + -0.0 == x, also for -0.0)."""
     if dtype.is_float:
-        return f"tl.full([], -0.0, {tl_dtype(dtype)})"
+        return negative_zero(dtype)
     return "0"
 
 
