@@ -28,12 +28,44 @@ from tests.e2e.conftest import LAYOUTS, Buffers, assert_same, describe_mismatch,
 import tilenest as tn
 
 ORDERS = ("unordered_tree", "ordered_tree", "fold_left", "fold_right")
+# inf - inf in the NaN/inf datasets, evaluated on purpose (numpy and Triton's interpreter warn)
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 OPS = ("sum", "prod", "max", "min")
 
 
 @pytest.fixture(params=BACKENDS)
 def target(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+# Open bugs this suite found, each marking its cases xfail(strict=True): a fix turns them
+# into XPASS failures, and then the entry goes. (test name, parameters) -> applies?
+ROOT_TILES = ("new (not an issue-8 item): tile code at the kernel root, outside any parallel, "
+              "is refused: cpu PlanningError 'internal: value ... has no lowering', cuda "
+              "BackendError 'the cuda backend has no tile value'; the reference runs it")
+CUDA_ORDERED_REGION = ("new (not an issue-8 item): cuda has no emitter for an ordered_tree "
+                       "reduce region whose body loads its contribution (fail-closed "
+                       "BackendError); the reference and cpu run it")
+_REGION_KERNEL_TESTS = {
+    "test_region_reductions_bitwise", "test_region_reductions_contribution_first",
+    "test_two_axis_reduce_domain_bitwise", "test_region_reductions_in_other_dtypes",
+    "test_zero_trip_loops_keep_initial_values"}
+KNOWN_BUGS: list[tuple[Callable[[str, dict], bool], str, type[BaseException] | None]] = [
+    (lambda name, p: p.get("target") in ("cpu", "cuda")
+     and (name == "test_snapshot_before_a_loop_that_rewrites_it" or p.get("variant") == "root"),
+     ROOT_TILES, tn.TileError),
+    (lambda name, p: p.get("target") == "cuda" and p.get("order") == "ordered_tree"
+     and name in _REGION_KERNEL_TESTS, CUDA_ORDERED_REGION, tn.BackendError),
+]
+
+
+@pytest.fixture(autouse=True)
+def _known_bugs(request: pytest.FixtureRequest) -> None:
+    callspec = getattr(request.node, "callspec", None)
+    params = dict(callspec.params) if callspec is not None else {}
+    for applies, reason, raises in KNOWN_BUGS:
+        if applies(request.node.originalname, params):
+            request.applymarker(pytest.mark.xfail(strict=True, reason=reason, raises=raises))
 
 
 def rng_for(*key: Any) -> np.random.Generator:
@@ -401,6 +433,32 @@ def test_non_closed_reduce_states_update_simultaneously(target: str, order: str,
                   K=k, ORDER=order)
 
 
+@tn.kernel
+def block_row_fold(X, S, *, B=3, LOOP="serial"):
+    """Row p*B + s of each block, through a point-axis view whose origin mixes the nest
+    index and the loop index, folded in loop order from -0.0."""
+    R, C = X.shape
+    g, c = tn.axis("g", tn.cdiv(R, B)), tn.axis("c", C)
+    for p in tn.parallel(g):
+        acc = tn.full((c,), -0.0)
+        for s in _loop(p, B, LOOP):
+            acc = acc + X.tile((p.index() * B + s.index(), 0), (None, c)).load()
+        S.tile((p.index(), 0), (None, c)).store(acc)
+
+
+@pytest.mark.parametrize("loop", ["serial", "pipeline"])
+@pytest.mark.parametrize(("rows", "b"), [(7, 3), (4, 4), (5, 1)])
+def test_loop_fold_through_point_axis_views(target: str, loop: str, rows: int, b: int) -> None:
+    """A serial loop is a strict fold (bitwise, any data); the ragged last block reads the
+    fill (+0.0) for its missing rows."""
+    x = eighths(rng_for("blockfold", rows, b), (rows, 5))
+    x[::2, 0] = np.float32(-0.0)  # -0.0 + -0.0 stays -0.0; a +0.0 start would not
+    bufs = Buffers()
+    bufs.place(x, "strided")
+    bufs.output((-(-rows // b), 5), layout="offset")
+    check(target, block_row_fold, bufs, f"block row fold {rows}/{b}", B=b, LOOP=loop)
+
+
 # ============================================================== zero-trip loops
 
 
@@ -743,7 +801,8 @@ def test_column_reductions_bitwise(target: str, op: str, order: str, n: int, c: 
 @pytest.mark.parametrize("dtype", ["f64", "i32"])
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("op", ["sum", "max", "min"])
-def test_reductions_in_other_dtypes(target: str, op: str, order: str, dtype: str) -> None:
+def test_region_reductions_in_other_dtypes(target: str, op: str, order: str, dtype: str
+                                           ) -> None:
     k, c = 67, 6
     rng = rng_for("dtype", op, order, dtype)
     np_dtype = np.float64 if dtype == "f64" else np.int32
@@ -759,6 +818,17 @@ def test_reductions_in_other_dtypes(target: str, op: str, order: str, dtype: str
     bufs.output((c,), np_dtype, "strided")
     check(target, region_reduce, bufs, f"{dtype} region {op} {order}", K=k, OP=op,
           ORDER=order)
+
+
+@pytest.mark.parametrize("dtype", ["f64", "i32"])
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+def test_row_reductions_in_other_dtypes(target: str, op: str, order: str, dtype: str) -> None:
+    k, c = 67, 6
+    rng = rng_for("dtype-row", op, order, dtype)
+    np_dtype = np.float64 if dtype == "f64" else np.int32
+    x = (eighths(rng, (k, c)).astype(np.float64) if dtype == "f64"
+         else rng.integers(-1000, 1000, (k, c)))
     rows = Buffers()
     rows.place(x.T.copy().astype(np_dtype), "offset")
     rows.output((c,), np_dtype)
