@@ -349,3 +349,23 @@ def test_torch_negative_bit_written_or_aliased_is_rejected(rng, target):
 def test_torch_non_plain_tensors_are_rejected(target, make, match):
     with pytest.raises(tn.ArgumentError, match=match):
         add_one(make(), torch.zeros(4), target=target)
+
+
+@tn.kernel
+def _full_of(Y, *, VALUE=0, DTYPE=None):
+    (n,) = Y.shape
+    for _p in tn.parallel(1):
+        Y.tile((0,), (n,)).store(tn.full(n, VALUE, DTYPE))
+
+
+@pytest.mark.parametrize(("value", "dtype", "match"), [
+    (3e9, tn.i32, "does not fit"),
+    (float("nan"), tn.i32, "does not fit"),
+    (float("inf"), tn.i64, "does not fit"),
+    (2**40, tn.i32, "does not fit"),
+    (tn.i32, None, "must be a Python bool, int or float"),
+])
+def test_full_constants_that_do_not_fit_are_dtype_errors(value, dtype, match) -> None:
+    y = np.zeros(4, np.int64)
+    with pytest.raises(tn.DTypeError, match=match):
+        tn.interpret(_full_of, y, VALUE=value, DTYPE=dtype)

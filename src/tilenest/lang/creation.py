@@ -50,6 +50,9 @@ def full(shape: Any, value: bool | int | float, dtype: DType | None = None) -> T
     """A tile of `shape` filled with `value`."""
     if isinstance(value, (Tile, Index)):
         raise DTypeError("tn.full needs a Python scalar value; for a Tile, use broadcasting")
+    if not isinstance(value, (bool, int, float)):
+        raise DTypeError(f"tn.full(shape, value, dtype): the value must be a Python bool, int "
+                         f"or float, got {value!r}")
     dtype = _check_dtype(dtype) if dtype is not None else dt.scalar_default_type(value)
     return constant(value, dtype, parse_shape(shape))
 

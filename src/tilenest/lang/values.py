@@ -7,6 +7,7 @@ expression of them); mixed with Tiles it behaves like a weakly typed integer sca
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -277,7 +278,11 @@ def is_scalar(x: Any) -> bool:
 def constant(value: Scalar, dtype: DType, layout: Layout | None = None) -> Tile:
     """A tile of one value (rank 0 unless a layout is given)."""
     dims, shape = (layout.dims, layout.shape) if layout is not None else ((), ())
-    if isinstance(value, float) and not dtype.is_float and value != int(value):
+    if not isinstance(value, (bool, int, float)):
+        raise DTypeError(f"a constant must be a Python bool, int or float, got {value!r} "
+                         f"({type(value).__name__})")
+    if isinstance(value, float) and not dtype.is_float and (
+            not math.isfinite(value) or value != int(value)):
         raise DTypeError(f"the constant {value!r} does not fit the integer type {dtype}")
     v: Scalar = value
     if dtype.is_bool:
