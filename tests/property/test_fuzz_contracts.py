@@ -41,7 +41,7 @@ import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from tests.e2e.backends import BACKENDS
-from tests.e2e.conftest import LAYOUTS, Buffers, describe_mismatch, run_on
+from tests.e2e.conftest import LAYOUTS, Buffers, describe_mismatch, gpu_available, run_on
 
 import tilenest as tn
 
@@ -65,7 +65,14 @@ KNOWN_BUGS: list[tuple[str, Any, str]] = [
      "tile code at the kernel root (no parallel): 'internal: value ... has no lowering'"),
     ("cuda", lambda p: p.structure == "root",
      "tile code at the kernel root (no parallel): 'the cuda backend has no tile value'"),
+    ("cuda", lambda p: p.br * p.bc == 1 and not gpu_available() and _negative_zero_fill(p),
+     "Triton's interpreter drops the sign of a -0.0 `other=` in one-element masked loads"),
 ]
+
+
+def _negative_zero_fill(p: Program) -> bool:
+    fills = [f for _, _, f in p.loads] + ([p.region["fill"]] if p.region else [])
+    return any(f == 0 and np.signbit(f) for f in fills)
 
 
 # ---------------------------------------------------------------------------- expressions
