@@ -73,9 +73,17 @@ def carried_loop(em: Emitter, op: Op, *, reverse: bool = False, stages: int = 1)
     """A loop whose body args after the domain are carries and whose yield updates them."""
     n = len(op.attrs["domain"])
     names: list[str] = []
+    seen: set[str] = set()
     for init in op.operands:
         b = em.block(init)
-        names.append(em.assign(b.name, "carry"))
+        source = b.name
+        if source in seen:
+            # Two carries of one loop starting from one value: Triton 3.6 then drops the
+            # update of one of them (`a, b = b, a + b` from a = b = x kept a = x on the
+            # H200; scripts/device_carry_probe.py). A bit-exact copy makes them distinct.
+            source = _distinct_copy(b)
+        seen.add(b.name)
+        names.append(em.assign(source, "carry"))
     carries = [Block(nm, em.block(init).type, em.block(init).padded)
                for nm, init in zip(names, op.operands, strict=True)]
 
@@ -92,6 +100,16 @@ def carried_loop(em: Emitter, op: Op, *, reverse: bool = False, stages: int = 1)
     domain_loops(em, op, body, reverse=reverse, stages=stages)
     for res, c in zip(op.results, carries, strict=True):
         em.env[res] = c
+
+
+def _distinct_copy(b: Block) -> str:
+    """A new value with the bits of `b` (x * 1.0 is exact for every float, -0.0 and inf
+    included; a NaN stays a NaN)."""
+    if b.dtype.is_bool:
+        return f"({b.name} | False)"
+    if b.dtype.is_float:
+        return f"({b.name} * 1.0)"
+    return f"({b.name} + 0)"
 
 
 @lowering("serial", "pipeline")
