@@ -7,10 +7,10 @@ The reference follows it and the cpu target is bitwise equal (no LLVM poison).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
+from tests.shared_contracts import cast_all, specials
+from tests.shared_contracts import saturation_model as model
 
 import tilenest as tn
 from tilenest.backends.cpu.plan import CpuPlan
@@ -20,45 +20,6 @@ W = packet_width()
 INT_TYPES = {"i32": (tn.i32, np.int32), "u32": (tn.u32, np.uint32),
              "i64": (tn.i64, np.int64), "u64": (tn.u64, np.uint64)}
 POISON = {np.int32: -12345, np.uint32: 12345, np.int64: -12345, np.uint64: 12345}
-
-
-def specials(dtype: type) -> np.ndarray:
-    edges = [0.0, -0.0, 0.5, -0.5, 0.999, -0.999, 1.5, -1.5, 2.5, -2.5, 7.9, -7.9,
-             2.0**31 - 1, 2.0**31 - 0.5, 2.0**31, 2.0**31 + 1, -(2.0**31), -(2.0**31) - 1,
-             2.0**32 - 1, 2.0**32, 2.0**32 + 1, 2.0**53, 2.0**63 - 1024, 2.0**63,
-             2.0**64 - 2048, 2.0**64, -(2.0**63), -(2.0**63) - 2048, 1e30, -1e30,
-             np.inf, -np.inf, np.nan, -np.nan, 65504.0, -65504.0]
-    x = np.array(edges, np.float64)
-    with np.errstate(over="ignore"):
-        return x.astype(dtype)
-
-
-def model(x: np.ndarray, target: type) -> np.ndarray:
-    """The rule on Python numbers, independent of the reference's numpy code."""
-    info = np.iinfo(target)
-    out = []
-    for v in x.ravel():
-        f = float(v)
-        if math.isnan(f):
-            out.append(0)
-        elif math.isinf(f):
-            out.append(int(info.max) if f > 0 else int(info.min))
-        else:
-            out.append(min(max(math.trunc(f), int(info.min)), int(info.max)))
-    return np.array(out, dtype=target).reshape(x.shape)
-
-
-@tn.kernel
-def cast_all(X, A, B, C, D, *, BM=8):
-    (M,) = X.shape
-    g, m = tn.axis("g", tn.cdiv(M, BM)), tn.axis("m", BM)
-    for p in tn.parallel(g):
-        r = p.index() * BM
-        x = X.tile((r,), (m,)).load()
-        A.tile((r,), (m,)).store(x.astype(tn.i32))
-        B.tile((r,), (m,)).store(x.astype(tn.u32))
-        C.tile((r,), (m,)).store(x.astype(tn.i64))
-        D.tile((r,), (m,)).store(x.astype(tn.u64))
 
 
 @tn.kernel

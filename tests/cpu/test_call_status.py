@@ -10,47 +10,12 @@ import threading
 
 import numpy as np
 import pytest
+from tests.shared_contracts import divide, hammer
 
 import tilenest as tn
 
 THREADS = 6
 CALLS = 60
-
-
-@tn.kernel
-def divide(Y, *, SHIFT=0):
-    (N,) = Y.shape
-    n = tn.axis("n", N)
-    for p in tn.parallel(n):
-        d = p.index() - p.index() + SHIFT  # SHIFT=0: every program divides by zero
-        Y.tile((p.index(),), (1,)).store(tn.full(1, 7, tn.i64) + (p.index() + 1) // d)
-
-
-def _hammer(compiled, ys: list[np.ndarray]) -> list[str]:
-    outcomes: list[str] = []
-    lock = threading.Lock()
-    start = threading.Barrier(len(ys))
-
-    def worker(y: np.ndarray) -> None:
-        start.wait()
-        for _ in range(CALLS):
-            try:
-                compiled(y)
-                what = "returned"
-            except tn.BackendError as e:
-                what = "raised" if "division by zero" in str(e) else f"other: {e}"
-            except Exception as e:  # noqa: BLE001 - reported below, never swallowed
-                what = f"unexpected {type(e).__name__}: {e}"
-            with lock:
-                outcomes.append(what)
-
-    threads = [threading.Thread(target=worker, args=(y,)) for y in ys]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert not any(t.is_alive() for t in threads), "a calling thread hung"
-    return outcomes
 
 
 def test_every_concurrent_failing_call_raises() -> None:
@@ -59,7 +24,7 @@ def test_every_concurrent_failing_call_raises() -> None:
     compiled = divide.compile(ys[0], target="cpu", SHIFT=0)
     with pytest.raises(tn.BackendError, match="division by zero"):
         compiled(ys[0])
-    outcomes = _hammer(compiled, ys)
+    outcomes = hammer([lambda y=y: compiled(y) for y in ys], CALLS)
     assert len(outcomes) == THREADS * CALLS
     wrong = [o for o in outcomes if o != "raised"]
     assert not wrong, f"{len(wrong)} of {len(outcomes)} failing calls did not raise: " \
@@ -85,7 +50,7 @@ def test_a_succeeding_call_is_not_blamed_for_another() -> None:
 
     spoiler = threading.Thread(target=failing)
     spoiler.start()
-    outcomes = _hammer(compiled, good)
+    outcomes = hammer([lambda y=y: compiled(y) for y in good], CALLS)
     spoiler.join(timeout=300)
     assert not errors
     assert outcomes == ["returned"] * (THREADS * CALLS)

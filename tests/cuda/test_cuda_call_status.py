@@ -4,51 +4,14 @@ executable running beside them never do. GPU only: the interpreter is not thread
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
+from tests.shared_contracts import divide, hammer
 
 import tilenest as tn
 
 THREADS = 4
 CALLS = 6
-
-
-@tn.kernel
-def divide(Y, *, SHIFT=0):
-    (N,) = Y.shape
-    n = tn.axis("n", N)
-    for p in tn.parallel(n):
-        d = p.index() - p.index() + SHIFT  # SHIFT=0: every program divides by zero
-        Y.tile((p.index(),), (1,)).store(tn.full(1, 7, tn.i64) + (p.index() + 1) // d)
-
-
-def _hammer(calls: list) -> list[str]:
-    outcomes: list[str] = []
-    lock = threading.Lock()
-    start = threading.Barrier(len(calls))
-
-    def worker(call) -> None:
-        start.wait()
-        for _ in range(CALLS):
-            try:
-                call()
-                what = "returned"
-            except tn.BackendError as e:
-                what = "raised" if "division by zero" in str(e) else f"other: {e}"
-            except Exception as e:  # noqa: BLE001 - reported below
-                what = f"unexpected {type(e).__name__}: {e}"
-            with lock:
-                outcomes.append(what)
-
-    threads = [threading.Thread(target=worker, args=(c,)) for c in calls]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert not any(t.is_alive() for t in threads), "a calling thread hung"
-    return outcomes
 
 
 def test_concurrent_calls_own_their_status(device: str) -> None:
@@ -64,7 +27,7 @@ def test_concurrent_calls_own_their_status(device: str) -> None:
     with pytest.raises(tn.BackendError, match="division by zero"):
         bad(bad_ys[0])
     calls = [lambda y=y: bad(y) for y in bad_ys] + [lambda y=y: good(y) for y in good_ys]
-    outcomes = _hammer(calls)
+    outcomes = hammer(calls, CALLS)
     assert len(outcomes) == 2 * THREADS * CALLS
     assert outcomes.count("raised") == THREADS * CALLS, sorted(set(outcomes))
     assert outcomes.count("returned") == THREADS * CALLS, sorted(set(outcomes))

@@ -8,7 +8,6 @@ so the bits are the contract's. Runs on the interpreter here and on the H200
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import re
 import zlib
@@ -16,6 +15,8 @@ import zlib
 import numpy as np
 import pytest
 from contract_common import assert_bitwise, run_both
+from tests.shared_contracts import cast_all, specials
+from tests.shared_contracts import saturation_model as model
 
 import tilenest as tn
 
@@ -148,45 +149,6 @@ def test_integer_maximum_minimum(device) -> None:
     got, want = run_both(int_extrema, [a, b, *outs], device)
     assert_bitwise(got[2], want[2])
     assert_bitwise(got[3], want[3])
-
-
-def specials(dtype: type) -> np.ndarray:
-    """Edges of every integer type's range, NaN, ±inf, fractions (as in tests/cpu)."""
-    edges = [0.0, -0.0, 0.5, -0.5, 0.999, -0.999, 1.5, -1.5, 2.5, -2.5, 7.9, -7.9,
-             2.0**31 - 1, 2.0**31 - 0.5, 2.0**31, 2.0**31 + 1, -(2.0**31), -(2.0**31) - 1,
-             2.0**32 - 1, 2.0**32, 2.0**32 + 1, 2.0**53, 2.0**63 - 1024, 2.0**63,
-             2.0**64 - 2048, 2.0**64, -(2.0**63), -(2.0**63) - 2048, 1e30, -1e30,
-             np.inf, -np.inf, np.nan, -np.nan, 65504.0, -65504.0]
-    with np.errstate(over="ignore"):
-        return np.array(edges, np.float64).astype(dtype)
-
-
-def model(x: np.ndarray, target: type) -> np.ndarray:
-    """The rule on Python numbers: NaN → 0, truncation, saturation at the type's bounds."""
-    info = np.iinfo(target)
-    out = []
-    for v in x.ravel():
-        f = float(v)
-        if math.isnan(f):
-            out.append(0)
-        elif math.isinf(f):
-            out.append(int(info.max) if f > 0 else int(info.min))
-        else:
-            out.append(min(max(math.trunc(f), int(info.min)), int(info.max)))
-    return np.array(out, dtype=target).reshape(x.shape)
-
-
-@tn.kernel
-def cast_all(X, A, B, C, D, *, BM=8):
-    (M,) = X.shape
-    g, m = tn.axis("g", tn.cdiv(M, BM)), tn.axis("m", BM)
-    for p in tn.parallel(g):
-        r = p.index() * BM
-        x = X.tile((r,), (m,)).load()
-        A.tile((r,), (m,)).store(x.astype(tn.i32))
-        B.tile((r,), (m,)).store(x.astype(tn.u32))
-        C.tile((r,), (m,)).store(x.astype(tn.i64))
-        D.tile((r,), (m,)).store(x.astype(tn.u64))
 
 
 @pytest.mark.parametrize("fdtype", [np.float16, np.float32, np.float64])

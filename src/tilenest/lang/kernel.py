@@ -205,8 +205,11 @@ class _Planned:
 
     def __init__(self, fn: Function, planned: tuple[Any, Any]) -> None:
         self.fn = fn
-        self.planned = planned
-        self.result = planned[0]
+        self.planned = planned  # (PlanningResult, target info), as prepare(planned=) takes
+
+    @property
+    def result(self) -> Any:
+        return self.planned[0]
 
 
 def _consts_key(consts: dict[str, Any]) -> tuple:
@@ -390,19 +393,16 @@ class Kernel:
         """Prepare for `tgt`; open tunables are searched jointly with the plan (DESIGN §3a)."""
         from tilenest.backends.registry import planner, preparer
 
-        open_tunables = {n: v.values for n, v in consts.items() if isinstance(v, Tunable)}
         plan_one = planner(tgt)
-        if not open_tunables or plan_one is None:
+        if plan_one is None or not any(isinstance(v, Tunable) for v in consts.values()):
             resolved = _with_defaults(consts)
             fn = self._function(tensors, key[0], resolved)
             return CompiledKernel(self, (key[0], _consts_key(resolved)),
                                   preparer(tgt)(fn, options), options)
         from tilenest.plan.tunables import search_tunables
 
-        declared = {n: (v.values if isinstance(v, Tunable) else (v,))
-                    for n, v in consts.items() if n in self.tunables}
-        fixed = {n: v for n, v in consts.items()
-                 if n in self.tunables and not isinstance(v, Tunable)}
+        declared = {n: t.values for n, t in self.tunables.items()}
+        fixed = {n: consts[n] for n in self.tunables if not isinstance(consts[n], Tunable)}
         plain = {n: v for n, v in consts.items() if n not in self.tunables}
 
         def evaluate(assignment: dict[str, Any]) -> _Planned:

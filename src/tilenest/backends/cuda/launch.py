@@ -125,11 +125,10 @@ class CudaExecutable:
         return self.fast
 
     def _status_word(self, like: Any) -> Any:
-        import torch
-
+        """The word shared by calls of kernels that never write it (a pointer argument)."""
         device = like.device if like is not None else "cpu"
         if self._status is None or self._status.device != device:
-            self._status = torch.zeros(1, dtype=torch.int32, device=device)
+            self._status = self._fresh_status(like)
         return self._status
 
     @staticmethod
