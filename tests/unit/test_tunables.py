@@ -147,3 +147,11 @@ def test_search_enumerates_small_spaces_and_descends_large_ones() -> None:
     assert search_tunables(declared, {}, cost, budget=64)[0].selected == again.selected
     none, payload = search_tunables({"A": (9,)}, {}, cost)
     assert payload is None and none.status == "infeasible"
+
+
+def test_unproven_rejections_are_no_candidate_not_infeasible() -> None:
+    unknown = SimpleNamespace(result=SimpleNamespace(
+        selected=None, status="no-candidate", rejected=[],
+        counts=lambda: {"unknown-legality": 2}))
+    record, payload = search_tunables({"A": (1, 2)}, {}, lambda a: unknown)
+    assert payload is None and record.status == "no-candidate"

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tilenest.errors import TileError
+from tilenest.plan.search import PROVEN, PlanningError
 
 ASSIGNMENT_BUDGET = 64
+_PROVEN = {"capture"} | {c.value for c in PROVEN}
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,7 @@ def _outcome(assignment: dict[str, Any], evaluate: Evaluate
         payload = evaluate(assignment)
     except TileError as e:
         first = e.plain_message.splitlines()[0] if e.plain_message else type(e).__name__
-        category = "capture" if type(e).__name__ != "PlanningError" else "plan"
+        category = "plan" if isinstance(e, PlanningError) else "capture"
         return AssignmentOutcome(key, category=category, reason=first), None
     result = payload.result
     if result.selected is None:
@@ -161,7 +163,10 @@ def search_tunables(declared: Mapping[str, tuple[Any, ...]], fixed: Mapping[str,
     exact = complete and all(o.status in ("exact", "") for o in record.outcomes)
     record.status = "exact" if exact else "feasible-under-budget"
     if best is None or not best[0].admitted:
-        record.status = "infeasible" if complete else "no-candidate"
+        # Infeasible only when every assignment was tried and each rejection is a proof
+        # (a capture error, or a semantic/target/resource rejection); else no-candidate.
+        proven = all(o.category in _PROVEN for o in record.outcomes)
+        record.status = "infeasible" if complete and proven else "no-candidate"
         record.elapsed_ms = (time.perf_counter() - start) * 1e3
         return record, None
     record.selected = dict(best[0].constants)
