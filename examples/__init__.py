@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from examples import (
     attention,
+    cross_entropy,
     flash_attention,
     gelu_residual,
     gemm,
@@ -26,7 +27,8 @@ from examples.common import Example as Example
 EXAMPLES: dict[str, Example] = {
     m.EXAMPLE.name: m.EXAMPLE
     for m in (gemm, gemm_transposed, softmax, masked_softmax, layernorm, rmsnorm,
-              gelu_residual, swiglu, rope, attention, flash_attention, gqa_decode)
+              gelu_residual, swiglu, rope, attention, flash_attention, gqa_decode,
+              cross_entropy)
 }
 
 
