@@ -254,6 +254,9 @@ class Kernel:
         self._rewritten: Callable[..., Any] | None = None
         self._functions: dict[tuple, Function] = {}
         self._compiled: dict[tuple, CompiledKernel] = {}
+        # Planner output per (specialization key of one assignment, target, options): a
+        # compile that fixes an assignment the tunable search already planned reuses it.
+        self._plans: dict[tuple, _Planned] = {}
 
     def __repr__(self) -> str:
         return f"<tilenest kernel {self.name}>"
@@ -394,30 +397,61 @@ class Kernel:
         from tilenest.backends.registry import planner, preparer
 
         plan_one = planner(tgt)
+        optkey = tuple(sorted(options.items()))
         if plan_one is None or not any(isinstance(v, Tunable) for v in consts.values()):
             resolved = _with_defaults(consts)
             fn = self._function(tensors, key[0], resolved)
-            return CompiledKernel(self, (key[0], _consts_key(resolved)),
-                                  preparer(tgt)(fn, options), options)
-        from tilenest.plan.tunables import search_tunables
-
-        declared = {n: t.values for n, t in self.tunables.items()}
-        fixed = {n: consts[n] for n in self.tunables if not isinstance(consts[n], Tunable)}
-        plain = {n: v for n, v in consts.items() if n not in self.tunables}
-
-        def evaluate(assignment: dict[str, Any]) -> _Planned:
-            fn = self._function(tensors, key[0], {**plain, **assignment})
-            return _Planned(fn, plan_one(fn, options))
-
-        search, best = search_tunables(declared, fixed, evaluate)
+            rkey = (key[0], _consts_key(resolved))
+            cached = self._plans.get((rkey, tgt, optkey))
+            exe = preparer(tgt)(fn, options) if cached is None else \
+                preparer(tgt)(fn, options, planned=cached.planned)
+            return CompiledKernel(self, rkey, exe, options)
+        search, best = self._search(tensors, key, consts, tgt, options)
         if best is None:
             raise BackendError(f"no assignment of the tunables of `{self.name}` can be planned "
                                f"on {tgt}\n{search.describe()}", loc=None)
         exe = preparer(tgt)(best.fn, options, planned=best.planned)
         exe.explanation = search.describe() + "\n" + exe.explanation
         exe.extras["tunables"] = search
-        resolved = {**plain, **search.selected}
+        resolved = {**consts, **search.selected}
         return CompiledKernel(self, (key[0], _consts_key(resolved)), exe, options)
+
+    def _search(self, tensors: dict, key: tuple, consts: dict[str, Any], tgt: str,
+                options: dict[str, Any]) -> tuple[Any, _Planned | None]:
+        """The joint search over the open tunables and `tgt`'s plans (no code generation):
+        a branch and bound over bound-only planner runs, each assignment captured once and
+        each full planner run cached per key."""
+        from tilenest.backends.registry import planner
+        from tilenest.plan.search import BOUND_ONLY
+        from tilenest.plan.tunables import search_tunables
+
+        plan_one = planner(tgt)
+        assert plan_one is not None
+        optkey = tuple(sorted(options.items()))
+
+        declared = {n: t.values for n, t in self.tunables.items()}
+        fixed = {n: consts[n] for n in self.tunables if not isinstance(consts[n], Tunable)}
+        plain = {n: v for n, v in consts.items() if n not in self.tunables}
+
+        def evaluate(assignment: dict[str, Any]) -> _Planned:
+            resolved = {**plain, **assignment}
+            pkey = ((key[0], _consts_key(resolved)), tgt, optkey)
+            got = self._plans.get(pkey)
+            if got is None:
+                fn = self._function(tensors, key[0], resolved)
+                got = self._plans[pkey] = _Planned(fn, plan_one(fn, options))
+            return got
+
+        def bound(assignment: dict[str, Any]) -> _Planned:
+            """A bound-only planner run (the branch and bound's first pass)."""
+            resolved = {**plain, **assignment}
+            got = self._plans.get(((key[0], _consts_key(resolved)), tgt, optkey))
+            if got is not None:
+                return got
+            fn = self._function(tensors, key[0], resolved)
+            return _Planned(fn, plan_one(fn, {**options, BOUND_ONLY: True}))
+
+        return search_tunables(declared, fixed, evaluate, bound=bound)
 
     @staticmethod
     def _options(kwargs: dict[str, Any]) -> dict[str, Any]:

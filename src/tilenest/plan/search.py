@@ -9,6 +9,14 @@ Which candidates are explored is the strategy's (tilenest.plan.strategies): `aut
 default) enumerates a space that fits the budget (status `exact`: the minimum is exact under
 the policy's model, not a claim about hardware) and otherwise runs a seeded, budgeted
 heuristic (status `feasible-under-budget`); the space is indexed, never listed.
+
+A target whose resource analysis is expensive (the CPU emits a module to measure it) sets
+`defer_resources`: an exhaustive search then admits by geometry and scores first, and runs
+the resource analysis only on the geometry-admitted candidates, once the enumeration is
+done (same verdicts, same ranking; the analysis is per distribution, so most candidates
+share one). A `bound_only` run (the tunable search's first pass) stops before that step and
+reports the geometry-admitted minimum as its exact lower bound (status `bounded`): resource
+rejections can only remove candidates, so no admitted plan of that program costs less.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from tilenest.plan.records import (
     Candidate,
     Rejection,
     RejectionCategory,
+    Resources,
 )
 from tilenest.plan.strategies import AUTO_HEURISTIC, SEEDED, STRATEGIES, Evaluator, Space
 from tilenest.plan.strategies.space import root_parallels as root_parallels
@@ -38,6 +47,9 @@ from tilenest.plan.strategies.space import root_rank
 from tilenest.plan.target import ScheduledWork, TargetFacts, TargetInfo
 
 DEFAULT_BUDGET = 1024
+# The internal option key of a bound-only run (set by the tunable search, never by users:
+# `Kernel.compile` refuses options it does not know).
+BOUND_ONLY = "_bound_only"
 PROVEN = {RejectionCategory.SEMANTIC, RejectionCategory.TARGET, RejectionCategory.RESOURCE}
 
 
@@ -53,6 +65,9 @@ class PlannerOptions:
     strategy: str = "auto"  # "auto" | "exhaustive" | "beam" | "anneal" | "pareto" | "cpsat"
     seed: int | None = None  # the heuristics' seed (None: 0); same seed, same plan
     beam_width: int = 8      # beam width; also the Pareto front kept per interface
+    # Internal (the tunable search): when the declared space is enumerated exactly, return
+    # only its lower bound (status `bounded`) without the deferred resource analysis.
+    bound_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,7 +80,9 @@ class ScoredCandidate:
 
 @dataclass
 class PlanningResult:
-    status: str  # "exact" | "feasible-under-budget" | "no-candidate" | "infeasible"
+    # "exact" | "feasible-under-budget" | "no-candidate" | "infeasible"; "bounded" only for
+    # an internal `bound_only` run (nothing selected, `lower_bound` exact).
+    status: str
     selected: ScoredCandidate | None
     finalists: list[ScoredCandidate]
     candidates: list[ScoredCandidate]
@@ -126,14 +143,9 @@ class _Admitter:
                 limits: Any = None) -> Rejection:
         return Rejection(c, cat, constraint, region or self.region, reason, demand, limits)
 
-    def admit(self, c: Candidate) -> Rejection | tuple[Candidate, Any]:
-        order = c.binding.root_axis_order
-        if self.rank is not None and sorted(order) != list(range(self.rank)):
-            return self._reject(c, RejectionCategory.SEMANTIC, "root_axis_order",
-                                f"CpuPlan.root_axis_order: {order} is not a permutation of the "
-                                f"{self.rank} root axes (it would not cover the domain)")
+    def _demand(self, c: Candidate) -> Rejection | tuple[Candidate, Any]:
+        """The shared static resource analysis and the backend budget for `c`."""
         try:
-            self.info.accepts(self.fn, c)
             demand = self.info.resources(self.fn, c)
         except Admission as a:
             return self._reject(c, a.category, a.constraint, a.reason, a.region)
@@ -148,7 +160,34 @@ class _Admitter:
         if over is not None:
             return self._reject(c, RejectionCategory.RESOURCE, "snapshot budget", over,
                                 demand=demand, limits=limits)
-        c = replace(c, resources=replace(c.resources, demand=demand, limits=limits))
+        r = c.resources
+        return _with_resources(c, Resources(r.representations, r.operand_layouts, demand,
+                                            limits)), None
+
+    def admit(self, c: Candidate, *, resources: bool = True
+              ) -> Rejection | tuple[Candidate, Any]:
+        """Geometry, then (unless deferred) resources, then completion and the fixed
+        controls; the candidate completed and its backend plan, or the rejection."""
+        order = c.binding.root_axis_order
+        if self.rank is not None and sorted(order) != list(range(self.rank)):
+            return self._reject(c, RejectionCategory.SEMANTIC, "root_axis_order",
+                                f"CpuPlan.root_axis_order: {order} is not a permutation of the "
+                                f"{self.rank} root axes (it would not cover the domain)")
+        try:
+            self.info.accepts(self.fn, c)
+        except Admission as a:
+            return self._reject(c, a.category, a.constraint, a.reason, a.region)
+        except BackendError as e:
+            return self._reject(c, RejectionCategory.NO_EMITTER, "emitter", e.plain_message,
+                                str(e.loc) if e.loc else "")
+        except Exception as e:  # noqa: BLE001 - fail closed: legality not established
+            return self._reject(c, RejectionCategory.UNKNOWN_LEGALITY, "analysis",
+                                f"{type(e).__name__}: {e}")
+        if resources:
+            got = self._demand(c)
+            if isinstance(got, Rejection):
+                return got
+            c = got[0]
         complete = getattr(self.info, "complete", None)
         if complete is not None:
             c = complete(self.fn, c)
@@ -160,6 +199,11 @@ class _Admitter:
                                     f"from the fixed {value!r}")
         return c, realized
 
+    def settle(self, c: Candidate) -> Rejection | Candidate:
+        """The deferred resource step of a candidate admitted by geometry."""
+        got = self._demand(c)
+        return got if isinstance(got, Rejection) else got[0]
+
     def score(self, c: Candidate) -> CostBreakdown:
         key = (c.binding.root_axis_order, c.distribution)
         work = self.work.get(key)
@@ -169,6 +213,11 @@ class _Admitter:
             self.work[key] = work
         sched = ScheduledWork(work, tuple(self.info.schedule(c, work)))
         return checked_breakdown(self.policy.evaluate(c, sched), type(self.policy).__name__)
+
+
+def _with_resources(c: Candidate, resources: Resources) -> Candidate:
+    # Direct construction: `dataclasses.replace` costs several times more, per candidate.
+    return Candidate(c.binding, c.distribution, c.atoms, resources, c.schedule, c.index)
 
 
 def _diverse(scored: list[ScoredCandidate], k: int) -> list[ScoredCandidate]:
@@ -199,7 +248,8 @@ def planner_options(options: dict[str, Any], constraints: Constraints) -> Planne
                             loc=None)
     return PlannerOptions(constraints=constraints, cost_policy=options.get("cost_policy"),
                           budget=budget, seed=options.get("seed"),
-                          strategy=options.get("strategy", "auto"))
+                          strategy=options.get("strategy", "auto"),
+                          bound_only=bool(options.get(BOUND_ONLY, False)))
 
 
 def _status(ev: Evaluator, scored: list[ScoredCandidate]) -> str:
@@ -237,8 +287,23 @@ def plan(fn: Function, info: TargetInfo, options: PlannerOptions | None = None
     assert run is not None
     # The seed asked for is recorded; a seeded heuristic without one uses (and reports) 0.
     seed = opts.seed if opts.seed is not None else 0 if method in SEEDED else None
-    ev = Evaluator(space, _Admitter(fn, info, opts.constraints, policy), opts.budget)
+    defer = method == "exhaustive" and bool(getattr(info, "defer_resources", False))
+    ev = Evaluator(space, _Admitter(fn, info, opts.constraints, policy), opts.budget,
+                   defer_resources=defer)
     run(ev, random.Random(seed or 0), replace(opts, seed=seed or 0))
+    common = dict(space_size=space.size, target=info.target(), policy=type(policy).__name__,
+                  coefficients=coefficients, constraints=opts.constraints,
+                  strategy=opts.strategy, seed=seed, method=method)
+    if opts.bound_only and method == "exhaustive" and ev.complete and ev.best is not None:
+        # Every candidate was admitted by geometry or rejected; the resource step can only
+        # remove candidates, so the geometry-admitted minimum bounds this program below.
+        return PlanningResult(
+            status="bounded", selected=None, finalists=[], candidates=[],
+            rejected=[ev.rejected[i] for i in sorted(ev.rejected)], evaluations=0,
+            lower_bound=ev.admitted[ev.best][2].total, explored=ev.explored,
+            elapsed_ms=(time.perf_counter() - start) * 1e3, **common)
+    if defer:
+        ev.settle()
     scored = []
     for rank, i in enumerate(ev.ranked()):
         cand, realized, cost = ev.admitted[i]
@@ -248,11 +313,9 @@ def plan(fn: Function, info: TargetInfo, options: PlannerOptions | None = None
     return PlanningResult(
         status=status, selected=scored[0] if scored else None,
         finalists=_diverse(scored, opts.finalists), candidates=scored, rejected=rejected,
-        space_size=space.size, evaluations=len(scored), target=info.target(),
-        policy=type(policy).__name__, coefficients=coefficients, constraints=opts.constraints,
-        strategy=opts.strategy, seed=seed,
+        evaluations=len(scored),
         lower_bound=scored[0].cost.total if status == "exact" else None,
-        elapsed_ms=(time.perf_counter() - start) * 1e3, method=method, explored=ev.explored)
+        elapsed_ms=(time.perf_counter() - start) * 1e3, explored=ev.explored, **common)
 
 
 def require_selection(result: PlanningResult, fn_name: str) -> ScoredCandidate:

@@ -10,6 +10,13 @@ constraints: only the remaining tunables are searched.
 Small assignment spaces are enumerated (status `exact` when every planner run was exact);
 larger ones are searched by coordinate descent from the declared defaults within the budget
 (status `feasible-under-budget`).
+
+Enumeration is a branch and bound when the target can bound a program cheaply (`bound`):
+every assignment is captured and bounded first (the planner's exact geometry-admitted
+minimum, status `bounded`), then planned in order of its bound; an assignment whose bound
+cannot beat the incumbent (a larger rounded total, or an equal one later in declaration
+order, which loses the tie) is `dominated` and never planned in full. Its exclusion is a
+proof under the cost model, so the search stays `exact`.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from tilenest.errors import TileError
 from tilenest.plan.search import PROVEN, PlanningError
 
 ASSIGNMENT_BUDGET = 64
+DOMINATED = "dominated"
 _PROVEN = {"capture"} | {c.value for c in PROVEN}
 
 
@@ -36,10 +44,15 @@ class AssignmentOutcome:
     status: str = ""                # the planner's status for this assignment
     category: str = ""              # rejected: "capture" or the planner's dominant category
     reason: str = ""
+    bound: float | None = None      # the exact lower bound that dominated it (or bounded it)
 
     @property
     def admitted(self) -> bool:
         return self.total is not None
+
+    @property
+    def dominated(self) -> bool:
+        return self.status == DOMINATED
 
     def label(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.constants)
@@ -60,7 +73,7 @@ class TunableSearch:
     def rejected_by_reason(self) -> dict[str, list[AssignmentOutcome]]:
         groups: dict[str, list[AssignmentOutcome]] = {}
         for o in self.outcomes:
-            if not o.admitted:
+            if not o.admitted and not o.dominated:
                 groups.setdefault(f"{o.category}: {o.reason}", []).append(o)
         return groups
 
@@ -69,13 +82,19 @@ class TunableSearch:
         fixed = ", ".join(f"{k}={v!r}" for k, v in self.fixed.items())
         admitted = sorted((o for o in self.outcomes if o.admitted),
                           key=lambda o: o.total or 0.0)
+        dominated = sorted((o for o in self.outcomes if o.dominated),
+                           key=lambda o: o.bound or 0.0)
+        pruned = (f", {len(dominated)} dominated by their lower bound (not planned in full)"
+                  if dominated else "")
         lines = [f"tunables: {chosen or '-'}"
                  + (f" (fixed at the call: {fixed})" if fixed else "")
                  + f"; {len(self.outcomes)} of {self.space_size} assignments planned, "
-                   f"{len(admitted)} admitted, status {self.status}; "
+                   f"{len(admitted)} admitted{pruned}, status {self.status}; "
                    f"{self.elapsed_ms:.1f} ms"]
         for o in admitted[:5]:
             lines.append(f"  {o.label()}: total {o.total:.4g} ({o.status})")
+        for o in dominated[:max(0, 5 - len(admitted))]:
+            lines.append(f"  {o.label()}: total >= {o.bound:.4g} (dominated)")
         for reason, group in self.rejected_by_reason().items():
             shown = "; ".join(o.label() for o in group[:4])
             more = f" and {len(group) - 4} more" if len(group) > 4 else ""
@@ -84,17 +103,29 @@ class TunableSearch:
 
 
 Evaluate = Callable[[dict[str, Any]], Any]
+BOUNDED = "bounded"
 
 
 def _outcome(assignment: dict[str, Any], evaluate: Evaluate
              ) -> tuple[AssignmentOutcome, Any]:
+    return _judge(assignment, _call(assignment, evaluate))
+
+
+def _call(assignment: dict[str, Any], evaluate: Evaluate) -> Any:
+    """The payload, or the capture/plan error's outcome."""
     key = tuple(assignment.items())
     try:
-        payload = evaluate(assignment)
+        return evaluate(assignment)
     except TileError as e:
         first = e.plain_message.splitlines()[0] if e.plain_message else type(e).__name__
         category = "plan" if isinstance(e, PlanningError) else "capture"
-        return AssignmentOutcome(key, category=category, reason=first), None
+        return AssignmentOutcome(key, category=category, reason=first)
+
+
+def _judge(assignment: dict[str, Any], payload: Any) -> tuple[AssignmentOutcome, Any]:
+    if isinstance(payload, AssignmentOutcome):
+        return payload, None
+    key = tuple(assignment.items())
     result = payload.result
     if result.selected is None:
         counts = {k: v for k, v in result.counts().items() if v}
@@ -114,14 +145,20 @@ def _better(a: AssignmentOutcome, b: AssignmentOutcome | None) -> bool:
     return b is None or round(a.total or 0.0, 9) < round(b.total or 0.0, 9)
 
 
+def _key(total: float, position: int) -> tuple[float, int]:
+    return round(total, 9), position
+
+
 def search_tunables(declared: Mapping[str, tuple[Any, ...]], fixed: Mapping[str, Any],
-                    evaluate: Evaluate, budget: int = ASSIGNMENT_BUDGET
-                    ) -> tuple[TunableSearch, Any]:
+                    evaluate: Evaluate, budget: int = ASSIGNMENT_BUDGET,
+                    bound: Evaluate | None = None) -> tuple[TunableSearch, Any]:
     """Plan every assignment of the unfixed tunables (or a budgeted descent over them) and
     return the search record and the winning assignment's payload (None when none plans).
 
     `evaluate(assignment)` captures and plans one assignment of all tunables; it returns an
-    object with `.result` (a `PlanningResult`) or raises a `TileError`."""
+    object with `.result` (a `PlanningResult`) or raises a `TileError`. `bound(assignment)`,
+    when given, does the same as a bound-only run: its result has status `bounded` and an
+    exact `lower_bound`, or is a complete planner result (a space it could not bound)."""
     start = time.perf_counter()
     free = [n for n in declared if n not in fixed]
     names = tuple(declared)
@@ -139,7 +176,12 @@ def search_tunables(declared: Mapping[str, tuple[Any, ...]], fixed: Mapping[str,
         return outcomes[key]
 
     best: tuple[AssignmentOutcome, Any] | None = None
-    if space <= budget:
+    if space <= budget and bound is not None:
+        combos = [dict(zip(free, c, strict=True))
+                  for c in itertools.product(*(declared[n] for n in free))]
+        best = _branch_and_bound(combos, names, fixed, evaluate, bound, outcomes)
+        complete = True
+    elif space <= budget:
         for combo in itertools.product(*(declared[n] for n in free)):
             got = visit(dict(zip(free, combo, strict=True)))
             if _better(got[0], best[0] if best else None):
@@ -160,7 +202,7 @@ def search_tunables(declared: Mapping[str, tuple[Any, ...]], fixed: Mapping[str,
                         best, current, improved = got, {**current, n: v}, True
         complete = False
     record.outcomes = [o for o, _ in outcomes.values()]
-    exact = complete and all(o.status in ("exact", "") for o in record.outcomes)
+    exact = complete and all(o.status in ("exact", "", DOMINATED) for o in record.outcomes)
     record.status = "exact" if exact else "feasible-under-budget"
     if best is None or not best[0].admitted:
         # Infeasible only when every assignment was tried and each rejection is a proof
@@ -172,3 +214,41 @@ def search_tunables(declared: Mapping[str, tuple[Any, ...]], fixed: Mapping[str,
     record.selected = dict(best[0].constants)
     record.elapsed_ms = (time.perf_counter() - start) * 1e3
     return record, best[1]
+
+
+def _branch_and_bound(combos: list[dict[str, Any]], names: tuple[str, ...],
+                      fixed: Mapping[str, Any], evaluate: Evaluate, bound: Evaluate,
+                      outcomes: dict[tuple, tuple[AssignmentOutcome, Any]]
+                      ) -> tuple[AssignmentOutcome, Any] | None:
+    """Bound every assignment, then plan them in bound order until no bound can beat the
+    incumbent; `outcomes` receives every assignment in declaration order."""
+    fulls = [{n: fixed[n] if n in fixed else c[n] for n in names} for c in combos]
+    bounds: list[tuple[tuple[float, int], float]] = []
+    best: tuple[AssignmentOutcome, Any] | None = None
+    best_key: tuple[float, int] | None = None
+    for i, full in enumerate(fulls):
+        payload = _call(full, bound)
+        result = getattr(payload, "result", None)
+        if result is not None and result.status == BOUNDED:
+            lower = result.lower_bound
+            outcomes[tuple(full.items())] = (AssignmentOutcome(
+                tuple(full.items()), status=BOUNDED, bound=lower), None)
+            bounds.append((_key(lower, i), lower))
+            continue
+        got = _judge(full, payload)  # final: a rejection, or a space it could not bound
+        outcomes[tuple(full.items())] = got
+        if got[0].admitted and (best_key is None or _key(got[0].total or 0.0, i) < best_key):
+            best, best_key = got, _key(got[0].total or 0.0, i)
+    for key, lower in sorted(bounds):
+        full = fulls[key[1]]
+        if best_key is not None and key > best_key:
+            outcomes[tuple(full.items())] = (AssignmentOutcome(
+                tuple(full.items()), status=DOMINATED, bound=lower), None)
+            continue
+        got = _outcome(full, evaluate)
+        outcomes[tuple(full.items())] = got
+        if got[0].admitted:
+            k = _key(got[0].total or 0.0, key[1])
+            if best_key is None or k < best_key:
+                best, best_key = got, k
+    return best

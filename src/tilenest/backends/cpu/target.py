@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import resource as _rlimit
-from collections.abc import Mapping
 from dataclasses import fields
 from functools import cache
 from typing import Any
@@ -26,6 +25,9 @@ from tilenest.analysis.resources import (
 )
 from tilenest.analysis.uses import UseInfo
 from tilenest.analysis.work import ExecutionWork
+from tilenest.backends.cpu.cost import SEED_WEIGHTS as SEED_WEIGHTS
+from tilenest.backends.cpu.cost import TERMS as TERMS
+from tilenest.backends.cpu.cost import CpuCostPolicy as CpuCostPolicy
 from tilenest.backends.cpu.jit import host_info
 from tilenest.backends.cpu.plan import CpuPlan, default_partitions, validate
 from tilenest.backends.registry import Executable
@@ -34,7 +36,7 @@ from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
 from tilenest.numerics import as_policy
 from tilenest.plan.constraints import Constraints
-from tilenest.plan.cost import CostBreakdown, CostPolicy
+from tilenest.plan.cost import CostPolicy
 from tilenest.plan.explain import render
 from tilenest.plan.records import (
     ROW_MAJOR,
@@ -44,20 +46,16 @@ from tilenest.plan.records import (
     Distribution,
     DistributionKind,
     RejectionCategory,
+    Resources,
     Schedule,
 )
 from tilenest.plan.search import plan, planner_options, require_selection
-from tilenest.plan.target import ScheduledWork, TargetFacts
+from tilenest.plan.target import TargetFacts
 from tilenest.runtime.pool import env_num_threads
 
 # Seed 004 §4: the reusable CPU info proposes these block widths, in lanes.
 BLOCK_WIDTHS = (32, 64, 128, 256, 512, 1024)
-# Seed 004 §4 default weights of the relative-work prior.
-SEED_WEIGHTS: dict[str, float] = {"arithmetic": 1.0, "broadcast": 1.0, "contiguous": 2.0,
-                                  "gathered": 2.0, "block": 128.0, "task": 0.0,
-                                  "activation": 0.0}
 GROUPED_TRAVERSAL = (4, 4)
-TERMS = ("arithmetic", "memory", "dispatch", "imbalance", "task", "activation")
 
 
 def packet_width(dtype_bits: int = 32) -> int:
@@ -75,50 +73,7 @@ def snapshot_budget() -> int:
     return min(stack, 8 << 20) // 2
 
 
-# ------------------------------------------------------------------------- cost prior
-
-
-class CpuCostPolicy(CostPolicy):
-    """The seed-004 analytic prior, term for term (per phase, summed over phases):
-
-        a = w_arith * (arithmetic + indexed reads)
-        m = w_bcast * broadcast + w_contig * (contiguous + snapshot stores)
-            + w_gather * (gathered lanes + indexed reads)
-        arithmetic = a * Q / h          memory   = m * Q / h
-        dispatch   = w_block * critical_blocks
-        imbalance  = max(0, critical_packets - Q / h) * (a + m)
-        task       = w_task * critical_tasks
-        activation = w_activation if h > 1 else 0
-    """
-
-    name = "cpu analytic prior (seed 004)"
-
-    def __init__(self, **weights: float) -> None:
-        unknown = set(weights) - set(SEED_WEIGHTS)
-        if unknown:
-            raise ArgumentError(f"unknown cost weights {sorted(unknown)}; known: "
-                                f"{sorted(SEED_WEIGHTS)}", loc=None)
-        self.weights = {**SEED_WEIGHTS, **weights}
-
-    def coefficients(self) -> Mapping[str, float]:
-        return dict(self.weights)
-
-    def evaluate(self, candidate: Candidate, work: ScheduledWork) -> CostBreakdown:
-        w = self.weights
-        totals = dict.fromkeys(TERMS, 0.0)
-        for ph, s in zip(work.work.phases, work.schedule, strict=True):
-            a = w["arithmetic"] * (ph.arithmetic + ph.indexed_reads)
-            m = (w["broadcast"] * ph.broadcast
-                 + w["contiguous"] * (ph.contiguous + ph.snapshot_stores)
-                 + w["gathered"] * (ph.gathered + ph.indexed_reads))
-            q, h = s["packets"], s["workers"]
-            totals["arithmetic"] += a * q / h
-            totals["memory"] += m * q / h
-            totals["dispatch"] += w["block"] * s["critical_blocks"]
-            totals["imbalance"] += max(0.0, s["critical_packets"] - q / h) * (a + m)
-            totals["task"] += w["task"] * s["critical_tasks"]
-            totals["activation"] += w["activation"] if h > 1 else 0.0
-        return CostBreakdown.of(totals)
+# ------------------------------------------------------------------------- scheduling
 
 
 def home_chunks(packets: int, blocks: int, grain: int, workers: int,
@@ -156,7 +111,14 @@ def _type_bytes(t: ir.Type) -> int:
 
 class CpuTargetInfo:
     """The host CPU as the planner sees it; `settings` are the fixed non-searched fields
-    (and `fixed` the searched controls pinned by the caller)."""
+    (and `fixed` the searched controls pinned by the caller).
+
+    Facts shared by candidates are computed once per function: the backend plan of a
+    (binding, distribution), its validation, the completion tables, and the emitted
+    resource demand per distribution. Resource analysis is deferred by the planner
+    (`defer_resources`) to the candidates that geometry admits."""
+
+    defer_resources = True
 
     def __init__(self, width: int, workers: int, vector_bits: int,
                  constraints: Constraints | None = None, *, fma_requested: bool = False,
@@ -168,6 +130,12 @@ class CpuTargetInfo:
         self.fma_requested, self.allow_fma = fma_requested, allow_fma
         self.budget = snapshot_budget() if budget is None else budget
         self._resources: dict[int, ExecutionResources] = {}
+        self._plans: dict[tuple, CpuPlan] = {}
+        self._by_binding: dict[int, tuple[Any, Distribution, CpuPlan]] = {}
+        self._checked: dict[CpuPlan, BackendError | None] = {}
+        self._completion: dict[tuple, tuple] = {}
+        self._fixed = dict(self.constraints.items())
+        self._fixed.pop("allow_fma", None)
 
     def target(self) -> TargetFacts:
         info = host_info()
@@ -214,8 +182,17 @@ class CpuTargetInfo:
 
     def realize(self, candidate: Candidate) -> CpuPlan:
         b = candidate.binding
-        fields_: dict[str, Any] = dict(self.constraints.items())
-        fields_.pop("allow_fma", None)
+        # Admission realizes each candidate several times: first by identity (the entry
+        # keeps the binding alive, so its id cannot be reused), then by value.
+        seen = self._by_binding.get(id(b))
+        if seen is not None and seen[0] is b and seen[1] == candidate.distribution:
+            return seen[2]
+        key = (b, candidate.distribution)
+        got = self._plans.get(key)
+        if got is not None:
+            self._by_binding[id(b)] = (b, candidate.distribution, got)
+            return got
+        fields_: dict[str, Any] = dict(self._fixed)
         searched = {"root_axis_order": b.root_axis_order or None, "block_size": b.block_size,
                     "local_lanes": 1 if candidate.distribution.programs_per_packet > 1
                     else self.width, "blocks_per_task": b.task_grain,
@@ -223,17 +200,26 @@ class CpuTargetInfo:
         for name, value in searched.items():
             fields_.setdefault(name, value)
         fields_.setdefault("reduction_partitions", self.partitions)
-        return CpuPlan(**fields_).with_(allow_fma=self.allow_fma)
+        fields_["allow_fma"] = self.allow_fma
+        got = self._plans[key] = CpuPlan(**fields_)
+        self._by_binding[id(b)] = (b, candidate.distribution, got)
+        return got
 
     def accepts(self, fn: Function, candidate: Candidate) -> None:
         if self.fma_requested and not self.allow_fma:
             raise Admission(RejectionCategory.SEMANTIC, "allow_fma",
                             "the plan contracts multiply-adds into FMA but the numerical "
                             "policy does not allow it (pass policy=tn.FMA)")
-        try:
-            validate(self.realize(candidate), fn, self.width)
-        except BackendError as e:
-            msg = e.plain_message
+        p = self.realize(candidate)
+        if p not in self._checked:
+            try:
+                validate(p, fn, self.width)
+                self._checked[p] = None
+            except BackendError as e:
+                self._checked[p] = e
+        err = self._checked[p]
+        if err is not None:
+            msg = err.plain_message
             name = msg.split(":", 1)[0].removeprefix("CpuPlan.") if msg.startswith(
                 "CpuPlan.") else "plan"
             raise Admission(RejectionCategory.TARGET, name, msg) from None
@@ -276,24 +262,30 @@ class CpuTargetInfo:
         return CpuCostPolicy()
 
     def complete(self, fn: Function, candidate: Candidate) -> Candidate:
-        """Fill in A (per-mma atoms), Theta and R's representation table."""
-        from dataclasses import replace
-
+        """Fill in A (per-mma atoms), Theta and R's representation table (the tables depend
+        only on plan fields the search does not vary: computed once per combination)."""
         p = self.realize(candidate)
-        stored = UseInfo.of(fn).stored_params
-        atoms, reps, windows = [], [], []
-        for op in fn.walk():
-            where = str(op.loc) if op.loc else op.name
-            if op.name == "mma":
-                atoms.append(Atom(where, p.matrix_atom))
-            elif op.name == "load":
-                eligible = p.stream_loads and op.operands[0] not in stored
-                reps.append((where, "stream-if-disjoint" if eligible else "snapshot"))
-            elif op.name == "pipeline":
-                windows.append((where, int(op.attrs["window"])))
-        return replace(candidate, atoms=tuple(atoms),
-                       resources=replace(candidate.resources, representations=tuple(reps)),
-                       schedule=Schedule(p.reduction_partitions, tuple(windows)))
+        key = (p.matrix_atom, p.stream_loads, p.reduction_partitions)
+        tables = self._completion.get(key)
+        if tables is None:
+            stored = UseInfo.of(fn).stored_params
+            atoms, reps, windows = [], [], []
+            for op in fn.walk():
+                where = str(op.loc) if op.loc else op.name
+                if op.name == "mma":
+                    atoms.append(Atom(where, p.matrix_atom))
+                elif op.name == "load":
+                    eligible = p.stream_loads and op.operands[0] not in stored
+                    reps.append((where, "stream-if-disjoint" if eligible else "snapshot"))
+                elif op.name == "pipeline":
+                    windows.append((where, int(op.attrs["window"])))
+            tables = self._completion[key] = (
+                tuple(atoms), tuple(reps), Schedule(p.reduction_partitions, tuple(windows)))
+        atoms_, reps_, schedule = tables
+        r = candidate.resources
+        return Candidate(candidate.binding, candidate.distribution, atoms_,
+                         Resources(reps_, r.operand_layouts, r.demand, r.limits), schedule,
+                         candidate.index)
 
 
 # ------------------------------------------------------------------------- prepare

@@ -19,8 +19,11 @@ REJECTED = math.inf
 
 
 class Evaluator:
-    def __init__(self, space: Space, admitter: Any, budget: int) -> None:
+    def __init__(self, space: Space, admitter: Any, budget: int, *,
+                 defer_resources: bool = False) -> None:
         self.space, self.admitter, self.budget = space, admitter, budget
+        # Deferred: `evaluate` admits by geometry only; `settle` runs the resource step.
+        self.defer_resources = defer_resources
         self.admitted: dict[int, tuple[Candidate, Any, CostBreakdown]] = {}
         self.rejected: dict[int, Rejection] = {}
         self.best: int | None = None
@@ -55,7 +58,9 @@ class Evaluator:
             return REJECTED
         if self.remaining <= 0:
             return None
-        verdict = self.admitter.admit(self.space.candidate(index))
+        candidate = self.space.candidate(index)
+        verdict = self.admitter.admit(candidate, resources=False) if self.defer_resources \
+            else self.admitter.admit(candidate)
         if isinstance(verdict, Rejection):
             self.rejected[index] = verdict
             return REJECTED
@@ -65,6 +70,22 @@ class Evaluator:
         if self.best is None or self.key(index) < self.key(self.best):
             self.best = index
         return cost.total
+
+    def settle(self) -> None:
+        """Run the deferred resource step on every point admitted by geometry (in index
+        order); a point it rejects moves to `rejected`, and the incumbent is recomputed."""
+        if not self.defer_resources:
+            return
+        self.defer_resources = False
+        for index in sorted(self.admitted):
+            cand, realized, cost = self.admitted[index]
+            got = self.admitter.settle(cand)
+            if isinstance(got, Rejection):
+                del self.admitted[index]
+                self.rejected[index] = got
+            else:
+                self.admitted[index] = (got, realized, cost)
+        self.best = min(self.admitted, key=self.key) if self.admitted else None
 
     def terms(self, index: int) -> tuple[float, ...] | None:
         got = self.admitted.get(index)

@@ -19,7 +19,6 @@ import itertools
 import random
 from bisect import bisect_right
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 from tilenest.ir.core import Function, Op
@@ -142,10 +141,10 @@ class Space:
         base = self.base_index(p)
         return base if self.exp_off is None else self.exp_off[base] + p[EXP]
 
-    def _base(self, base: int) -> Candidate:
+    def _base(self, base: int, index: int = 0) -> Candidate:
         o, d, b, g, t = self._base_point(base)
         return Candidate(Binding(self.orders[o], self.travs[o][t], self.blocks[d][b],
-                                 self.grains[d][b][g]), self.dists[d])
+                                 self.grains[d][b][g]), self.dists[d], index=index)
 
     def expansions(self, base: int) -> list[Candidate]:
         got = self._lists.get(base)
@@ -157,9 +156,10 @@ class Space:
 
     def candidate(self, index: int) -> Candidate:
         if self.exp_off is None:
-            return replace(self._base(index), index=index)
+            return self._base(index, index)
         base = bisect_right(self.exp_off, index) - 1
-        return replace(self.expansions(base)[index - self.exp_off[base]], index=index)
+        c = self.expansions(base)[index - self.exp_off[base]]
+        return Candidate(c.binding, c.distribution, c.atoms, c.resources, c.schedule, index)
 
     def __iter__(self) -> Iterator[Candidate]:
         for i in range(self.size):
