@@ -27,6 +27,14 @@ def combine_helper(name: str, dtype: DType) -> str:
     return (COMBINE_HELPER if dtype.is_float else _INT_COMBINE_HELPER)[name]
 
 
+def tree_helper(name: str, dtype: DType) -> str:
+    """The combine inside a reduction tree: for float max/min the prelude's `*_tree` form,
+    exact up to the NaN payload, which the root's `combine_helper` makes canonical."""
+    if dtype.is_float and name in ("maximum", "minimum"):
+        return f"{COMBINE_HELPER[name]}_tree"
+    return combine_helper(name, dtype)
+
+
 def _widest(*blocks: Block) -> tuple[int, ...]:
     return max((b.padded for b in blocks), key=len)
 

@@ -7,7 +7,9 @@ blocks).
   (-0.0 for float add: +0.0 would turn a sum of -0.0 into +0.0; 1 for mul; -inf/+inf for
   max/min, exact under the IEEE rule, NaN and signed zeros included), then `init ⊕ tree`
   (the initial value merged once, last). Triton's reduction tree is a regrouping that
-  contract allows; every combine is bitwise commutative, and exact on exact inputs.
+  contract allows; every combine is bitwise commutative, and exact on exact inputs. Float
+  max/min trees combine with `tn_max_tree` (max.NaN on the GPU: one instruction, exact but
+  for the NaN payload); the root merge with the initial value makes the NaN canonical.
 - the same shape under `ordered_tree`: the balanced pairwise tree in index order, built from
   reshape/split levels. Padding with exact identities to a power of two gives the
   reference's tree (an odd element carried up equals element ⊕ identity), then `init ⊕ tree`.
@@ -22,7 +24,7 @@ from __future__ import annotations
 from tilenest.analysis.reductions import ClosedState, axis_reduction, closed_states
 from tilenest.backends.cuda.emitter import Block, Emitter
 from tilenest.backends.cuda.rules import lowering
-from tilenest.backends.cuda.rules_elementwise import combine_helper
+from tilenest.backends.cuda.rules_elementwise import combine_helper, tree_helper
 from tilenest.backends.cuda.rules_regions import carried_loop
 from tilenest.backends.cuda.rules_tile import negative_zero
 from tilenest.errors import BackendError
@@ -113,14 +115,14 @@ def _reduce(em: Emitter, op: Op) -> None:
             em.env[op.result] = init
             return
         name = state.combine.name
-        helper = combine_helper(name, x.dtype)
+        helper, inner = combine_helper(name, x.dtype), tree_helper(name, x.dtype)
         src = _masked(em, x, axis, name)
         if x.dtype.is_bool:
             raise BackendError("reductions of bool tiles have no cuda emitter", loc=op.loc)
         if order == "unordered_tree":
-            tree = em.assign(f"tl.reduce({src}, {axis}, {helper})", "red")
+            tree = em.assign(f"tl.reduce({src}, {axis}, {inner})", "red")
         else:
-            tree = _tree(em, src, x, axis, helper)
+            tree = _tree(em, src, x, axis, inner)
         args = (init.name, tree) if state.state_operand == 0 else (tree, init.name)
         em.bind(op.result, f"{helper}({args[0]}, {args[1]})", "red", init.padded)
         return
