@@ -1,8 +1,9 @@
 """The numerical policy: what a backend may do to floating-point results.
 
 The default is IEEE: every operation rounds as written, no FMA contraction, no reduced-
-precision products (tf32), no reassociation beyond what a reduction's own contract allows,
-no library provider calls. A target name never authorizes any of these; only a policy does.
+precision products (tf32), no reassociation beyond what a reduction's own contract allows
+(`mma` contracts k ascending unless `allow_regrouping`), no library provider calls. A
+target name never authorizes any of these; only a policy does.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ class NumericalPolicy:
     allow_fma: bool = False        # contract a*b+c into one rounding
     allow_tf32: bool = False       # f32 matrix products with tf32 inputs (GPU)
     allow_provider: bool = False   # an external library (BLAS) may realize `mma`
+    allow_regrouping: bool = False  # `mma` may sum its contraction over k in another
+    #                                 association (split-K partial sums), not k ascending
 
     def describe(self) -> str:
-        allowed = [name for name in ("allow_fma", "allow_tf32", "allow_provider")
-                   if getattr(self, name)]
+        allowed = [name for name in ("allow_fma", "allow_tf32", "allow_provider",
+                                     "allow_regrouping") if getattr(self, name)]
         return "IEEE" if not allowed else "IEEE + " + ", ".join(allowed)
 
 

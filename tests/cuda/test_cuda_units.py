@@ -13,7 +13,7 @@ from examples import EXAMPLES
 import tilenest as tn
 from tilenest.backends.cuda.lower import lower_function
 from tilenest.backends.cuda.plan import CudaPlan, candidates, default_plan, validate
-from tilenest.backends.cuda.target import H200, estimate, explain
+from tilenest.backends.cuda.target import H200, explain, plan_cuda
 from tilenest.backends.cuda.traversal import grouped_coords, program_coords
 from tilenest.errors import BackendError
 
@@ -134,12 +134,15 @@ def test_candidates_are_valid_and_deterministic() -> None:
         validate(plan, fn, H200.smem_per_block)
 
 
-def test_estimate_and_explain() -> None:
+def test_explain_prints_the_planner_model() -> None:
     fn = _fn("gemm")
-    terms = estimate(fn, default_plan(fn), H200)
-    assert terms["programs"] == 4 and terms["dot_flops"] > 0 and terms["bytes"] > 0
+    result, info = plan_cuda(fn, {}, H200)
+    terms = dict(result.selected.cost.terms)
+    assert terms["dot"] > 0 and terms["memory"] > 0
     assert all(np.isfinite(v) and v >= 0 for v in terms.values())
-    assert "waves=" in explain(fn, default_plan(fn), H200)
+    text = explain(fn, result.selected.plan, H200, None, result, info)
+    assert "model seconds" in text and "resident/SM" in text and "waves" in text
+    assert f"total={result.selected.cost.total:.4g}" in text
 
 
 def test_tf32_plan_without_policy_fails_closed(interpreter) -> None:

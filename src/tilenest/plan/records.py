@@ -83,6 +83,7 @@ class Schedule:
     reduction_partitions: int = 1
     pipeline_windows: tuple[tuple[str, int], ...] = ()
     stages: int | None = None  # GPU: software-pipelining depth of loops (num_stages)
+    split_k: int = 1  # GPU: programs per output tile that share the K loop (split-K)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,8 @@ class Candidate:
 
     def describe(self) -> str:
         stages = "" if self.schedule.stages is None else f", stages {self.schedule.stages}"
+        if self.schedule.split_k != 1:
+            stages += f", split-K {self.schedule.split_k}"
         layouts = "".join(f", {name} {how}" for name, how in self.resources.operand_layouts
                           if how != "original")
         return f"{self.distribution.describe()}, {self.binding.describe()}{stages}{layouts}"
@@ -112,6 +115,8 @@ class Candidate:
             out["warps"] = b.warps
         if self.schedule.stages is not None:
             out["stages"] = self.schedule.stages
+        if self.schedule.split_k != 1:
+            out["split_k"] = self.schedule.split_k
         return out
 
 

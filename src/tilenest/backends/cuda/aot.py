@@ -29,6 +29,8 @@ def compile_aot(fn: Function, plan: CudaPlan | None = None, *, arch: int = 90,
     module, _ = load_source(lowered.source)
     signature = {f"A_{p.name}": _POINTER_TYPES[p.type.dtype.name] for p in fn.params}
     signature["TN_STATUS"] = "*i32"
+    if lowered.workspace:
+        signature["TN_WS"] = "*fp32"
     target = GPUTarget("cuda", arch, warp_size)
     options = {"num_warps": plan.num_warps, "num_stages": plan.num_stages,
                "enable_fp_fusion": plan.allow_fma}
@@ -39,6 +41,9 @@ def compile_aot(fn: Function, plan: CudaPlan | None = None, *, arch: int = 90,
         attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(signature))}
         src = ASTSource(kernel, signature, attrs=attrs)
         compiled = triton.compile(src, target=target, options=options)
+        from tilenest.backends.cuda.target import compiled_metadata
+
         out.append({"name": phase.name, "asm": dict(compiled.asm),
-                    "shared": compiled.metadata.shared})
+                    "shared": compiled.metadata.shared,
+                    "metadata": compiled_metadata(compiled)})
     return out

@@ -1,68 +1,99 @@
-"""The GPU cost policy: waves of resident programs, memory traffic over measured bandwidth,
-`dot` work over measured matrix rates, exposed load latency, launches and padded copies.
+"""The GPU cost model, the one of the cuda backend: a roofline over the SMs, per phase.
 
-Per phase (root `parallel`), with the scheduling quantities `CudaTargetInfo.schedule`
-computes (resident programs per SM from shared memory, threads and a register proxy; waves
-of resident programs; SM balance `wave_efficiency = programs / (ceil(programs / SMs) * SMs)`;
-the DRAM footprint of one wave under the program traversal):
+Per phase (root `parallel`; a split-K plan adds its combine phase), with the quantities
+`CudaTargetInfo.schedule` computes: `programs` (the real grid), `resident` programs per SM
+(from shared memory, threads and the register estimate, or Triton's compiled metadata),
+`trips` of the longest loop that loads, `stages`, logical `bytes`, `dram_fraction` (the
+DRAM share of one wave's operand traffic under the grouped traversal), dot flops by
+operand kind, and the padded (m, n) of each `mma` with its flop share:
 
-    memory     = logical bytes * dram_fraction / bandwidth
-    dot        = sum_k flops_k / rate_k                      (k: f16, bf16, tf32, f32, f64)
-    misaligned = sum_k flops_k(misaligned) * (1 / (rate_k * misaligned_fraction) - 1 / rate_k)
-    k_strided  = flops_tf32(k axis not contiguous) * (1 / (rate_tf32 * kstrided_fraction)
-                                                     - 1 / rate_tf32)
-    wave_tail  = max(memory, dot + misaligned + k_strided) * (1 / wave_efficiency - 1)
-    latency    = waves * loop_trips * load_latency / stages
-    launch     = launch_s per phase
-and once per call
-    copy       = padded/K-major copy bytes / bandwidth + launch_s per copy
+    rounds     = ceil(programs / SMs)                 (programs the busiest SM runs)
+    waves      = ceil(programs / (resident * SMs))
+    dot        = sum_k flops_k / (rate_k * tile_efficiency_k)        (device seconds)
+    l2         = bytes / l2_bandwidth                 (operand traffic into the SMs)
+    step       = rounds * trips * step_s / resident   (per-iteration sync and issue cost
+                                                     that co-resident programs hide)
+    throughput = rounds * SMs * max(dot, l2) / programs + step      (the busiest SM)
+    latency    = waves * (trips * per_trip + load_latency_s), per_trip = load_latency_s /
+                 (stages - 1) when pipelined, else load_latency_s + resident * (one
+                 program's compute per trip at the SM's rate)
+    memory     = bytes * dram_fraction / bandwidth
+    phase      = max(throughput, latency, memory) + rounds * program_s + launch_s
+and once per call `copy` = padded/K-major copy bytes / bandwidth + launch_s per copy.
+`total` is the sum of the phases and the copy: a roofline, not the sum of the terms.
+`wave_tail` (the throughput share of the last, partial round) is reported, not added.
 
-    total = sum over phases of max(memory, dot + misaligned + k_strided) + wave_tail
-            + latency + launch,
-            plus copy                                        (a roofline, not a plain sum)
+Tensor-core tile efficiency (`tile_efficiency`): wgmma (cc >= 9, warps a multiple of 4,
+padded m >= 64) splits the block over warpgroups along m first; its instruction n (at most
+256) sets the efficiency n / (n + n_half), normalized to 1 at n = 256 (the measured rates
+are those of 128x256 tiles). Below that, mma.sync runs at `mma_sync_fraction` of the rate.
+IEEE f32 (CUDA-core FMA) scales with the outputs per thread, o / (o + 8) normalized at 64.
+Misaligned rows (`~misaligned`) and tf32 operands whose k axis is not contiguous
+(`~kstrided`) divide the rate by their measured fractions (H200: cuBLAS and Triton reach
+~150 of ~790 TFLOP/s at f16 4095x4097x4093; ~85 of 404 at tf32 with row-major B).
 
-`misaligned` prices what the measurement showed: `dot` operands read from rows that are not
-16-byte multiples cannot use 16-byte vector or asynchronous copies (cuBLAS and Triton reach
-~150 of ~790 TFLOP/s at f16 4095x4097x4093 on the H200). `k_strided` prices the other
-measured case: wgmma reads 32-bit (tf32) operands from shared memory K-major only, so an f32
-operand whose k axis is not contiguous (row-major B) is transposed through 4-byte copies
-(Triton and tilenest ~85 of cuBLAS's ~404 TFLOP/s at tf32 4096^3; fraction ~0.21). An
-operand both misaligned and k-strided pays the smaller fraction once (under `misaligned`).
-Rates are measured ceilings of the lent H200 (overridable); the result is relative work
-until calibrated, not a prediction.
+Coefficients are the lent H200's measured ceilings and fits to its GEMM sweep
+(benchmarks/results/device/issue9-run1: step_s from BK=32 vs BK=64, n_half from BM=256xBN=128
+vs 128x256), or datasheet leads; all finite and non-negative, overridable. The unit is
+model seconds, relative until calibrated: never a prediction.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
-from tilenest.backends.cuda.resources import KSTRIDED, MISALIGNED
+from tilenest.backends.cuda.resources import KSTRIDED, MISALIGNED, TENSOR_CORE_KINDS
 from tilenest.errors import ArgumentError
 from tilenest.plan.cost import CostBreakdown, CostPolicy
 from tilenest.plan.target import ScheduledWork
 
-# Measured on the lent H200 (benchmarks/results/device): device copy ~4.3 TB/s; dense matrix
-# rates bf16/f16 ~790 TFLOP/s, tf32 ~400, f32 IEEE (CUDA cores) ~51; cuBLAS and Triton reach
-# ~150 TFLOP/s on f16 operands with misaligned rows (fraction ~0.19); tf32 with row-major B
-# ~85 of cuBLAS's 404 TFLOP/s (fraction ~0.21).
 H200_RATES: dict[str, float] = {
+    # Device copy ~4.3 TB/s; dense matrix bf16/f16 ~790 TFLOP/s (cuBLAS at 4096^3 and
+    # 8192^3), tf32 ~400, IEEE f32 on CUDA cores ~51, f64 a datasheet lead.
     "bandwidth": 4.3e12, "rate_f16": 790e12, "rate_bf16": 790e12, "rate_tf32": 400e12,
-    "rate_f32": 51e12, "rate_f64": 60e12, "misaligned_fraction": 0.19,
-    "kstrided_fraction": 0.21,
+    "rate_f32": 51e12, "rate_f64": 60e12,
+    # L2 -> SM operand bandwidth: a lead; >= 11 TB/s observed (128x128 f16 tiles at 4096^3).
+    "l2_bandwidth": 14e12,
+    "misaligned_fraction": 0.19, "kstrided_fraction": 0.21,
+    "mma_sync_fraction": 0.5,   # mma.sync vs wgmma on Hopper: a lead
+    "n_half": 16.0,             # wgmma instruction n at which efficiency halves (fit)
+    "step_s": 3.5e-8,           # per loop iteration of one program, not overlapped (fit)
     "load_latency_s": 5e-7, "launch_s": 3e-6, "l2_reuse": 1.0,
+    "program_s": 2e-8,          # per program on the busiest SM: block launch, prologue and
+    #                             epilogue issue, not hidden by residency (a lead)
 }
-TERMS = ("memory", "dot", "misaligned", "k_strided", "wave_tail", "latency", "launch",
-         "copy")
+TERMS = ("memory", "l2", "dot", "misaligned", "k_strided", "step", "wave_tail", "latency",
+         "programs", "launch", "copy")
+UNIT = "model seconds on the target's facts (relative until calibrated)"
+
+
+def tile_efficiency(m: int, n: int, warps: int, kind: str, cc_major: int,
+                    weights: Mapping[str, float]) -> float:
+    """Fraction of the kind's rate one `mma` block shape reaches (see the module doc)."""
+    n_half = weights.get("n_half", 16.0)
+    if kind in TENSOR_CORE_KINDS:
+        if cc_major >= 9 and warps % 4 == 0 and m >= 64:
+            groups = warps // 4
+            along_m = max(1, min(groups, m // 64))
+            inst_n = max(8, min(256, n // max(1, groups // along_m)))
+            return (inst_n / (inst_n + n_half)) / (256.0 / (256.0 + n_half))
+        along_m = max(1, min(warps, m // 16))
+        warp_n = max(8, min(256, n // max(1, warps // along_m)))
+        return weights.get("mma_sync_fraction", 0.5) * (warp_n / (warp_n + n_half)) / (
+            256.0 / (256.0 + n_half))
+    outputs = m * n / (32.0 * max(1, warps))
+    return min(1.0, (outputs / (outputs + 8.0)) / (64.0 / 72.0))
 
 
 class GpuCostPolicy(CostPolicy):
-    """Waves, roofline and copies (see the module docstring); `**overrides` replace any
-    coefficient, e.g. `GpuCostPolicy(bandwidth=3.9e12)`."""
+    """The roofline of the module docstring; `**overrides` replace any coefficient, e.g.
+    `GpuCostPolicy(bandwidth=3.9e12)`."""
 
-    name = "gpu roofline with waves"
+    name = "gpu roofline over SMs"
 
     def __init__(self, defaults: Mapping[str, float] | None = None, **overrides: float) -> None:
-        base = dict(defaults or H200_RATES)
+        base = {**H200_RATES, **(defaults or {})}
         unknown = set(overrides) - set(base)
         if unknown:
             raise ArgumentError(f"unknown gpu cost coefficients {sorted(unknown)}; known: "
@@ -75,40 +106,77 @@ class GpuCostPolicy(CostPolicy):
     def _rate(self, kind: str) -> float:
         return max(self.weights.get(f"rate_{kind}", self.weights["rate_f32"]), 1e-30)
 
-    def evaluate(self, candidate: object, work: ScheduledWork) -> CostBreakdown:
+    def efficiency(self, s: Mapping[str, float], kind: str) -> float:
+        """Flop-share-weighted (harmonic) tile efficiency of a phase's `mma`s."""
+        count = int(s.get("mmas", 0))
+        if not count:
+            return 1.0
+        inv = 0.0
+        for i in range(count):
+            e = tile_efficiency(int(s[f"mma{i}_m"]), int(s[f"mma{i}_n"]), int(s["warps"]),
+                                kind, int(s.get("cc_major", 9)), self.weights)
+            inv += s[f"mma{i}_share"] / max(e, 1e-6)
+        return 1.0 / max(inv, 1e-6)
+
+    def phase(self, s: Mapping[str, float]) -> dict[str, float]:
+        """The terms of one phase and its time under `total`."""
         w = self.weights
         bw = max(w["bandwidth"], 1e-30)
+        sms = max(1.0, s["sms"])
+        programs = max(1.0, s["programs"])
+        resident = max(1.0, s["resident"])
+        trips = s.get("trips", 0.0)
+        dot = misaligned = strided = 0.0
+        for key, flops in s.items():
+            if not key.startswith("flops_"):
+                continue
+            kind = key.removeprefix("flops_")
+            base = kind.split("~")[0]
+            rate = self._rate(base) * self.efficiency(s, base)
+            dot += flops / rate
+            slow = [f for suffix, f in ((MISALIGNED, w["misaligned_fraction"]),
+                                        (KSTRIDED, w["kstrided_fraction"])) if suffix in kind]
+            if slow:
+                extra = flops / (rate * max(min(slow), 1e-6)) - flops / rate
+                if MISALIGNED in kind:
+                    misaligned += extra
+                else:
+                    strided += extra
+        l2 = s["bytes"] / max(w["l2_bandwidth"], 1e-30)
+        frac = 1.0 - w["l2_reuse"] * (1.0 - s.get("dram_fraction", 1.0))
+        memory = s["bytes"] * frac / bw
+        rounds = math.ceil(programs / sms)
+        work = max(dot + misaligned + strided, l2)
+        step = rounds * trips * w["step_s"] / resident
+        throughput = rounds * sms * work / programs + step
+        tail = (rounds * sms / programs - 1.0) * work
+        waves = math.ceil(programs / (resident * sms))
+        lat = w["load_latency_s"]
+        if s.get("stages", 1.0) > 1.0:
+            per_trip = lat / (s["stages"] - 1.0)
+        else:
+            # Unpipelined: every trip waits for its loads, then computes; the resident
+            # programs' compute queues behind each other.
+            per_trip = lat + resident * sms * work / programs / max(trips, 1.0)
+        latency = waves * (trips * per_trip + lat)
+        launch = w["launch_s"]
+        per_program = rounds * w["program_s"]
+        time = max(throughput, latency, memory) + per_program + launch
+        return {"memory": memory, "l2": l2, "dot": dot, "misaligned": misaligned,
+                "k_strided": strided, "step": step, "wave_tail": tail,
+                "latency": latency, "programs": per_program, "launch": launch,
+                "time": time}
+
+    def evaluate(self, candidate: object, work: ScheduledWork) -> CostBreakdown:
+        w = self.weights
         terms = dict.fromkeys(TERMS, 0.0)
         total = 0.0
         for s in work.schedule:
-            frac = 1.0 - w["l2_reuse"] * (1.0 - s.get("dram_fraction", 1.0))
-            memory = s["bytes"] * frac / bw
-            dot = misaligned = strided = 0.0
-            for key, flops in s.items():
-                if not key.startswith("flops_"):
-                    continue
-                kind = key.removeprefix("flops_")
-                rate = self._rate(kind.split("~")[0])
-                dot += flops / rate
-                fracs = {MISALIGNED: w.get("misaligned_fraction", 1.0),
-                         KSTRIDED: w.get("kstrided_fraction", 1.0)}
-                slow = [f for suffix, f in fracs.items() if suffix in kind]
-                if slow:
-                    extra = flops * (1.0 / (rate * max(min(slow), 1e-6)) - 1.0 / rate)
-                    if MISALIGNED in kind:
-                        misaligned += extra
-                    else:
-                        strided += extra
-            bound = max(memory, dot + misaligned + strided)
-            eff = max(s["wave_efficiency"], 1e-3)
-            tail = bound * (1.0 / eff - 1.0)
-            latency = s["waves"] * s["loop_trips"] * w["load_latency_s"] / max(s["stages"], 1)
-            launch = w["launch_s"]
-            for name, v in (("memory", memory), ("dot", dot), ("misaligned", misaligned),
-                            ("k_strided", strided), ("wave_tail", tail),
-                            ("latency", latency), ("launch", launch)):
+            got = self.phase(s)
+            total += got.pop("time")
+            for name, v in got.items():
                 terms[name] += v
-            total += bound + tail + latency + launch
-            terms["copy"] += s.get("copy_bytes", 0.0) / bw + s.get("copies", 0.0) * launch
+            terms["copy"] += s.get("copy_bytes", 0.0) / max(w["bandwidth"], 1e-30) \
+                + s.get("copies", 0.0) * w["launch_s"]
         total += terms["copy"]
-        return CostBreakdown(tuple(terms.items()), total)
+        return CostBreakdown(tuple(terms.items()), total, UNIT)

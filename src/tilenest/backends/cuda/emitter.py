@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from tilenest.backends.cuda.resources import BlockLayout
 from tilenest.errors import BackendError
@@ -91,6 +92,8 @@ class Emitter:
         self.uses_status = False
         # Loads and stores that need a CTA barrier before them (`ordering.barrier_points`).
         self.barriers: set[Op] = set()
+        # The split-K realization of the kernel being emitted (splitk.SplitEmit), if any.
+        self.split: Any = None
 
     # ------------------------------------------------------------------ text
     def fresh(self, hint: str = "v") -> str:

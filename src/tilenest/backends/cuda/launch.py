@@ -101,6 +101,9 @@ class CudaExecutable:
         self.last_build = "fast"
         self.options = {"num_warps": plan.num_warps, "num_stages": plan.num_stages,
                         "enable_fp_fusion": plan.allow_fma}
+        # Called once with Triton's metadata of the first compiled launch (target.recheck).
+        self.on_compiled: Any = None
+        self.compiled: dict[str, dict[str, Any]] | None = None
 
     @property
     def safe(self) -> Build:
@@ -160,11 +163,29 @@ class CudaExecutable:
         status = self._fresh_status(like) if checked else self._status_word(like)
         if build is self.fast and self.padding is not None:
             tensors = self.padding.substitute(tensors)
-        launch_args = (*tensors, status)
+        launch_args: tuple[Any, ...] = (*tensors, status)
+        if build.lowered.workspace:
+            import torch
+
+            # Split-K partials: one f32 workspace per call (on the current stream; the
+            # combine phase reads every element the partial phase wrote).
+            launch_args += (torch.empty(build.lowered.workspace, dtype=torch.float32,
+                                        device=like.device if like is not None else "cpu"),)
+        meta: dict[str, dict[str, Any]] = {}
         for phase, kernel in zip(build.lowered.phases, build.kernels, strict=True):
             if phase.programs == 0:
                 continue
-            kernel[(phase.programs,)](*launch_args, **self.options)
+            compiled = kernel[(phase.programs,)](*launch_args, **self.options)
+            if self.compiled is None:
+                from tilenest.backends.cuda.target import compiled_metadata
+
+                got = compiled_metadata(compiled)
+                if got is not None:
+                    meta[phase.name] = got
+        if self.compiled is None:
+            self.compiled = meta
+            if meta and self.on_compiled is not None:
+                self.on_compiled(meta)
         if checked:
             code = int(status.item())
             if code:

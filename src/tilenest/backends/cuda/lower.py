@@ -20,6 +20,7 @@ from tilenest.backends.cuda.padding import copied_operands
 from tilenest.backends.cuda.plan import CudaPlan
 from tilenest.backends.cuda.resources import BlockLayout
 from tilenest.backends.cuda.rules import lower_op, lower_ops
+from tilenest.backends.cuda.splitk import SplitEmit, split_site
 from tilenest.backends.cuda.traversal import program_lines
 from tilenest.errors import BackendError
 from tilenest.ir.core import Function, Op
@@ -212,6 +213,7 @@ class LoweredModule:
     source: str
     phases: list[Phase]
     errors: list[str] = field(default_factory=list)
+    workspace: int = 0  # f32 elements of the split-K workspace (kernels take TN_WS)
 
     @property
     def uses_status(self) -> bool:
@@ -222,12 +224,14 @@ def _is_pure_root(op: Op) -> bool:
     return not has_trait(op, EFFECT) and not has_trait(op, REGION) and op.name != "yield"
 
 
-def _signature(fn: Function, params: dict) -> str:
-    return ", ".join([params[p.value] for p in fn.params] + ["TN_STATUS"])
+def _signature(fn: Function, params: dict, workspace: bool) -> str:
+    return ", ".join([params[p.value] for p in fn.params] + ["TN_STATUS"]
+                     + (["TN_WS"] if workspace else []))
 
 
 def _kernel(fn: Function, name: str, facts: Facts, errors: list[str],
-            parallel: Op | None, ops: list[Op]) -> tuple[list[str], Phase]:
+            parallel: Op | None, ops: list[Op], split: SplitEmit | None = None,
+            workspace: bool = False) -> tuple[list[str], Phase]:
     params = {p.value: f"A_{p.name}" for p in fn.params}
     plan = facts.plan
     assert isinstance(plan, CudaPlan)
@@ -253,18 +257,35 @@ def _kernel(fn: Function, name: str, facts: Facts, errors: list[str],
             programs *= e
         order = plan.root_axis_order or tuple(range(len(domain)))
         coords = [f"c{i}" for i in range(len(domain))]
-        em.emit("pid = tl.program_id(0).to(tl.int64)")
+        body = parallel.body.ops
+        if split is not None and split.partial:
+            # Slice-major ordinals: slice s of every output tile, then slice s + 1.
+            em.emit("tn_pid = tl.program_id(0).to(tl.int64)")
+            em.emit(f"tn_split = tn_pid // {programs}")
+            em.emit(f"pid = tn_pid - tn_split * {programs}")
+            body = body[:split.site.position + 1]  # the epilogue runs in the combine phase
+            programs *= split.splits
+        else:
+            em.emit("pid = tl.program_id(0).to(tl.int64)")
+        em.split = split
         gr = plan.group_rows if len(domain) >= 2 else 1
         for line in program_lines("pid", extents, order, gr, plan.group_columns, coords):
             em.emit(line)
         for arg, c, e in zip(parallel.body.args, coords, extents, strict=True):
             em.env[arg] = Idx(c, 0, max(0, e - 1))
-        lower_ops(em, parallel.body.ops)
+        lower_ops(em, body)
     else:
         lower_ops(em, ops)
-    head = ["@triton.jit", f"def {name}({_signature(fn, params)}):"]
+    head = ["@triton.jit", f"def {name}({_signature(fn, params, workspace)}):"]
     body = em.lines or ["    pass"]
     return head + body, Phase(name, programs, em.uses_status)
+
+
+def _elements(shape: tuple[int, ...]) -> int:
+    n = 1
+    for e in shape:
+        n *= e
+    return n
 
 
 def padded_types(fn: Function, plan: CudaPlan) -> dict:
@@ -287,10 +308,15 @@ def lower_function(fn: Function, plan: CudaPlan, *, assume_no_alias: bool,
     kernels: list[list[str]] = []
     phases: list[Phase] = []
     pending: list[Op] = []
+    site = split_site(fn) if plan.split_k > 1 else None
+    if isinstance(site, str):
+        raise BackendError(f"CudaPlan.split_k: {site}", loc=None)
+    block = 0 if site is None else _elements(layout.shape(site.loop.operands[0].type))
+    workspace = 0 if site is None else plan.split_k * site.programs * block
 
-    def add(parallel: Op | None, ops: list[Op]) -> None:
+    def add(parallel: Op | None, ops: list[Op], split: SplitEmit | None = None) -> None:
         lines, phase = _kernel(fn, f"{fn.name}_phase{len(phases)}", facts, errors,
-                               parallel, ops)
+                               parallel, ops, split, workspace > 0)
         kernels.append(lines)
         phases.append(phase)
 
@@ -299,6 +325,10 @@ def lower_function(fn: Function, plan: CudaPlan, *, assume_no_alias: bool,
             if pending:
                 add(None, list(pending))
                 pending.clear()
+            if site is not None and op is site.parallel:
+                add(op, [], SplitEmit(site, plan.split_k, True, block))
+                add(op, [], SplitEmit(site, plan.split_k, False, block))
+                continue
             add(op, [])
         elif not _is_pure_root(op):
             _check_root_effect(uses, fn, op)
@@ -310,7 +340,7 @@ def lower_function(fn: Function, plan: CudaPlan, *, assume_no_alias: bool,
     text += _INTERPRETER_MATH if interpret else _DEVICE_MATH
     for lines in kernels:
         text += "\n\n" + "\n".join(lines) + "\n"
-    return LoweredModule(text, phases, errors)
+    return LoweredModule(text, phases, errors, workspace)
 
 
 def _check_root_effect(uses: UseInfo, fn: Function, op: Op) -> None:

@@ -38,6 +38,9 @@ class CudaPlan:
     #                                  k axis is not contiguous into padded K-major buffers
     allow_tf32: bool = False         # numerical policy: f32 `mma` with tf32 inputs
     allow_fma: bool = False          # numerical policy: contract multiply-adds into FMA
+    allow_regrouping: bool = False   # numerical policy: regroup the `mma` contraction
+    split_k: int = 1                 # K loop of the split site over this many programs per
+    #                                  output tile, summed in a second phase (splitk.py)
     element_grid: int = 0            # pointwise kernels: 0 = one Triton program per logical
     #                                  program; else program x element flattened into Triton
     #                                  programs of this many elements (element_grid.py)
@@ -105,6 +108,8 @@ def validate(plan: CudaPlan, fn: Function, smem_per_block: int | None = None) ->
             raise _fail("kmajor_copy", f"nothing to copy: {why}")
     if plan.element_grid:
         _validate_element_grid(plan, fn)
+    if plan.split_k != 1:
+        _validate_split(plan, fn)
     for op in root_parallels(fn):
         rank = len(op.attrs["domain"])
         order = plan.root_axis_order
@@ -122,6 +127,21 @@ def validate(plan: CudaPlan, fn: Function, smem_per_block: int | None = None) ->
             raise _fail("num_stages", f"{plan.num_stages} stages of the pipelined loads need "
                                       f"~{need} bytes of shared memory per program; the "
                                       f"target allows {smem_per_block}")
+
+
+def _validate_split(plan: CudaPlan, fn: Function) -> None:
+    from tilenest.backends.cuda.splitk import split_site
+
+    if not 1 <= plan.split_k <= 64:
+        raise _fail("split_k", f"must be in 1..64, got {plan.split_k}")
+    if not plan.allow_regrouping:
+        raise _fail("split_k", "split-K regroups the `mma` contraction over k; the plan does "
+                               "not allow regrouping (NumericalPolicy(allow_regrouping=True))")
+    site = split_site(fn)
+    if isinstance(site, str):
+        raise _fail("split_k", site)
+    if plan.element_grid:
+        raise _fail("split_k", "split-K has no element-grid realization")
 
 
 def _validate_element_grid(plan: CudaPlan, fn: Function) -> None:

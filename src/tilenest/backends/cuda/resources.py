@@ -3,6 +3,7 @@ memory, and the work features (bytes, dot flops, programs) the cost estimate pri
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from tilenest.ir.core import Function, Op, Region
@@ -65,7 +66,12 @@ def pipelined_smem_bytes(fn: Function, plan: object) -> int:
     stages = getattr(plan, "num_stages", 1)
     if stages <= 1:
         return 0
-    layout = BlockLayout(fn, getattr(plan, "min_dot_extent", 16))
+    return stages * smem_per_stage(fn, getattr(plan, "min_dot_extent", 16))
+
+
+def smem_per_stage(fn: Function, min_dot: int) -> int:
+    """Padded bytes one pipeline stage buffers: the largest over loops without stores."""
+    layout = BlockLayout(fn, min_dot)
     worst = 0
     for op in fn.walk():
         if op.name not in ("serial", "pipeline") or loop_has_store(op):
@@ -76,7 +82,7 @@ def pipelined_smem_bytes(fn: Function, plan: object) -> int:
                 t = inner.result.type
                 assert isinstance(t, TileType)
                 loaded += _elements(layout.shape(t)) * t.dtype.itemsize
-        worst = max(worst, loaded * stages)
+        worst = max(worst, loaded)
     return worst
 
 
@@ -182,3 +188,103 @@ def phase_work(fn: Function, plan: object) -> list[tuple[Op, Work]]:
             _count_ops([op], 1.0, work, layout)
             out.append((op, work))
     return out
+
+
+# ------------------------------------------------------------------ occupancy estimates
+
+MAX_REGS = 255     # registers one thread can address (more spills to local memory)
+BASE_REGS = 32     # addresses, indices, loop counters, predicates
+TENSOR_CORE_KINDS = ("f16", "bf16", "tf32")
+
+
+def _tile_regs(t: TileType, layout: BlockLayout) -> float:
+    """32-bit registers a padded tile occupies over all threads of a program."""
+    return _elements(layout.shape(t)) * t.dtype.itemsize / 4.0
+
+
+def _smem_operands(op: Op, tensor_core: bool) -> set:
+    """Values used only as `mma` operands: under tensor cores Triton stages them in shared
+    memory (wgmma reads both from there), so they hold no registers."""
+    if not tensor_core:
+        return set()
+    dot_uses, other = set(), set()
+    for inner in op.body.walk():
+        for i, v in enumerate(inner.operands):
+            (dot_uses if inner.name == "mma" and i < 2 else other).add(v)
+    return dot_uses - other
+
+
+def register_demand(op: Op, layout: BlockLayout, tensor_core: bool) -> float:
+    """An estimate before compiling of the registers one program of a root `parallel`
+    keeps live, summed over its threads: inside a loop, its carries plus twice the largest
+    temporary of its body (a value and what is computed from it); outside loops, twice the
+    largest temporary. Loop results and yielded values reuse the carries' registers; values
+    that are only tensor-core operands live in shared memory. Triton allocates registers
+    itself: this ranks and admits, it does not allocate."""
+    smem = _smem_operands(op, tensor_core)
+    worst = 0.0
+
+    def temps(region: Region, skip: set) -> float:
+        best = 0.0
+        for inner in region.ops:
+            if inner.name in ("serial", "pipeline", "reduce", "parallel"):
+                continue
+            for r in inner.results:
+                if isinstance(r.type, TileType) and r not in skip and r not in smem:
+                    best = max(best, _tile_regs(r.type, layout))
+        return best
+
+    def visit(region: Region, carried: float, skip: set) -> None:
+        # Loop results and the initial values of nested carries are carries' registers.
+        nested = {v for x in region.ops if x.regions for v in (*x.results, *x.operands)}
+        nonlocal worst
+        worst = max(worst, carried + 2.0 * temps(region, skip | nested))
+        for inner in region.ops:
+            if inner.name not in ("serial", "pipeline", "reduce", "parallel") or \
+                    not inner.regions:
+                continue
+            body = inner.regions[0]
+            term = body.terminator
+            visit(body, carried + sum(_tile_regs(v.type, layout) for v in inner.operands
+                                      if isinstance(v.type, TileType)),
+                  set(term.operands) if term is not None else set())
+
+    visit(op.body, 0.0, set())
+    return worst
+
+
+def registers_per_thread(demand: float, threads: int) -> int:
+    return BASE_REGS + math.ceil(demand / max(1, threads))
+
+
+@dataclass(frozen=True)
+class DotTile:
+    """One `mma` of a phase: padded m and n extents of its block, operand kind, and its
+    share of the phase's dot flops."""
+
+    m: int
+    n: int
+    kind: str
+    share: float
+
+
+def dot_tiles(op: Op, layout: BlockLayout, tf32: bool) -> tuple[DotTile, ...]:
+    found: list[tuple[int, int, str, float]] = []
+    for inner in op.body.walk():
+        if inner.name != "mma":
+            continue
+        a, b, c = (v.type for v in inner.operands)
+        assert isinstance(a, TileType) and isinstance(b, TileType)
+        assert isinstance(c, TileType)
+        try:
+            _, ms, ns, ks = mma_roles(a, b, c)
+        except ValueError:
+            continue
+        ext = {id(d): e for t in (a, b, c) for d, e in zip(t.dims, t.shape, strict=True)}
+        m = math.prod(layout.extent(d, ext[id(d)]) for d in ms) if ms else 1
+        n = math.prod(layout.extent(d, ext[id(d)]) for d in ns) if ns else 1
+        k = math.prod(ext[id(d)] for d in ks) if ks else 1
+        kind = "tf32" if a.dtype.name == "f32" and tf32 else a.dtype.name
+        found.append((m, n, kind, float(m * n * k)))
+    total = sum(f for *_, f in found) or 1.0
+    return tuple(DotTile(m, n, kind, f / total) for m, n, kind, f in found)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from tilenest.backends.cuda.emitter import Block, Emitter, Idx
 from tilenest.backends.cuda.ordering import region_has_barrier
 from tilenest.backends.cuda.rules import lower_ops, lowering
+from tilenest.backends.cuda.splitk import emit_combine, emit_partial
 from tilenest.ir.core import Op
 from tilenest.ir.types import TileType
 
@@ -118,6 +119,13 @@ def _loop(em: Emitter, op: Op) -> None:
     ordered = region_has_barrier(op.body, em.barriers)
     stages = getattr(em.facts.plan, "num_stages", 1) if pipelinable(em, op) and not ordered \
         else 1
+    split = em.split
+    if split is not None and op is split.site.loop:
+        if split.partial:
+            emit_partial(em, op, split, stages)
+        else:
+            emit_combine(em, op, split)
+        return
     carried_loop(em, op, stages=stages)
 
 

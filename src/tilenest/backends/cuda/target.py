@@ -1,14 +1,14 @@
-"""The cuda target: device facts, the GPU cost estimate, and preparing a function to run.
+"""The cuda target: device facts, the planner's view of the GPU, and preparing a function.
 
 Facts come from `torch.cuda.get_device_properties` when a GPU is present, else from a
-static H200 description (tests without a GPU, the interpreter tier). Rates are datasheet
-leads or measured ceilings (`H200_MEASURED`); until calibrated, the estimate is relative
-work, not a time prediction.
+static H200 description (tests without a GPU, the interpreter tier). The cost model is
+cost.py's, the only one: `explain()` prints the selected candidate's terms. Rates are
+measured ceilings or datasheet leads; until calibrated, costs are relative model seconds,
+not time predictions.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
@@ -33,14 +33,21 @@ from tilenest.backends.cuda.plan import (
     CudaPlan,
     default_plan,
     has_op,
+    root_parallels,
     validate,
 )
 from tilenest.backends.cuda.resources import (
-    count_work,
+    MAX_REGS,
+    TENSOR_CORE_KINDS,
+    BlockLayout,
+    dot_tiles,
     loop_trips,
     phase_work,
-    pipelined_smem_bytes,
+    register_demand,
+    registers_per_thread,
+    smem_per_stage,
 )
+from tilenest.backends.cuda.splitk import split_phases, split_site
 from tilenest.backends.registry import Executable
 from tilenest.config import dump
 from tilenest.errors import ArgumentError, BackendError
@@ -53,6 +60,7 @@ from tilenest.plan.records import (
     ROW_MAJOR,
     Admission,
     Atom,
+    Binding,
     Candidate,
     Distribution,
     DistributionKind,
@@ -114,67 +122,26 @@ def device_info() -> GpuInfo:
                    source="torch.cuda")
 
 
-MAX_REGS = 255
-
-
-def registers_proxy(tile_elements: int, threads: int) -> int:
-    return 32 + math.ceil(1.25 * tile_elements / threads)
-
-
-def resident_programs(fn: Function, plan: CudaPlan, info: GpuInfo) -> dict[str, float]:
-    """Programs resident per SM, limited by shared memory, threads and registers."""
-    threads = 32 * plan.num_warps
-    work = count_work(fn, plan)
-    smem = max(1, pipelined_smem_bytes(fn, plan))
-    # Register demand proxy: the largest block (the accumulator) spread over the threads
-    # with 25% headroom for operands, plus 32 registers of addresses and indices (a
-    # pressure proxy, not an allocation; Triton allocates registers itself).
-    tile = plan.element_grid or work.max_tile_elements
-    regs_per_thread = min(MAX_REGS, registers_proxy(tile, threads))
-    by_smem = info.smem_per_sm // smem if smem > 1 else info.max_blocks_per_sm
-    by_threads = info.max_threads_per_sm // threads
-    by_regs = info.regs_per_sm // (regs_per_thread * threads)
-    resident = max(1, min(by_smem, by_threads, by_regs, info.max_blocks_per_sm))
-    return {"resident_per_sm": float(resident), "limit_smem": float(by_smem),
-            "limit_threads": float(by_threads), "limit_regs": float(by_regs),
-            "regs_per_thread_proxy": float(regs_per_thread), "smem_bytes": float(smem)}
-
-
-def estimate(fn: Function, plan: CudaPlan, info: GpuInfo | None = None) -> dict[str, float]:
-    """Cost terms of one call: waves × resident programs, bytes / bandwidth, dot flops /
-    matrix rate, and their roofline combination (seconds; relative until calibrated)."""
-    info = info or device_info()
-    work = count_work(fn, plan)
-    if plan.element_grid:
-        work.programs = [flat_programs(fn, plan.element_grid)]
-    res = resident_programs(fn, plan, info)
-    slots = res["resident_per_sm"] * info.sms
-    programs = sum(work.programs) or 1
-    waves = sum(math.ceil(p / slots) for p in work.programs) if work.programs else 1
-    t_mem = work.bytes_moved / info.bandwidth
-    t_dot = sum(f / info.dot_rates.get(k, info.dot_rates["f32"])
-                for k, f in work.dot_flops.items())
-    occupancy = min(1.0, programs / (waves * slots))
-    launch = 3e-6 * max(1, len(work.programs))
-    total = max(t_mem, t_dot) / max(occupancy, 1e-3) + launch
-    return {"programs": float(programs), "waves": float(waves), **res,
-            "bytes": work.bytes_moved, "t_memory": t_mem,
-            "dot_flops": float(sum(work.dot_flops.values())), "t_dot": t_dot,
-            "wave_efficiency": occupancy, "t_launch": launch, "total": total}
-
-
 def explain(fn: Function, plan: CudaPlan, info: GpuInfo | None = None,
-            phases: list[Any] | None = None) -> str:
+            phases: list[Any] | None = None, result: PlanningResult | None = None,
+            target: CudaTargetInfo | None = None) -> str:
+    """The target line, the plan, and the selected candidate's cost terms (the planner's
+    one model: the same numbers that ranked it)."""
     info = info or device_info()
-    terms = estimate(fn, plan, info)
     lines = [
         f"target cuda ({info.name}, {info.sms} SMs, cc {info.compute_capability[0]}."
         f"{info.compute_capability[1]}, {info.smem_per_block // 1024} KiB smem/block, "
-        f"facts from {info.source})",
+        f"{info.regs_per_sm} regs/SM, {info.bandwidth / 1e12:.2f} TB/s, facts from "
+        f"{info.source})",
         f"plan: {plan.describe()}",
-        "cost terms (relative work until calibrated): " + ", ".join(
-            f"{k}={v:.4g}" for k, v in terms.items()),
     ]
+    sel = result.selected if result is not None else None
+    if sel is not None:
+        lines.append(f"cost ({sel.cost.unit}; total is a roofline over phases, not the sum "
+                     "of terms): " + ", ".join(f"{k}={v:.4g}" for k, v in sel.cost.terms)
+                     + f", total={sel.cost.total:.4g}")
+        if target is not None:
+            lines += target.describe_schedule(sel.candidate)
     if phases:
         lines.append("phases: " + ", ".join(f"{p.name} ({p.programs} programs)"
                                              for p in phases))
@@ -184,26 +151,27 @@ def explain(fn: Function, plan: CudaPlan, info: GpuInfo | None = None,
 # ------------------------------------------------------------------------- target info
 
 
-def _wave_footprint(rows: int, cols: int, group_rows: int, group_columns: int,
-                    wave: int) -> tuple[int, int]:
-    """Distinct grid rows and columns the first `wave` program ordinals touch (the grouped
-    traversal's formulas of traversal.py, evaluated directly)."""
-    seen_r: set[int] = set()
-    seen_c: set[int] = set()
+def wave_footprint(rows: int, cols: int, group_rows: int, group_columns: int,
+                   wave: int) -> tuple[int, int]:
+    """Distinct grid rows and columns the first `wave` program ordinals touch under the
+    grouped traversal of traversal.py, in closed form (bands of `group_rows` rows, cut into
+    rectangles of `group_columns` columns, each enumerated row-major)."""
+    wave = max(0, min(wave, rows * cols))
+    if wave == rows * cols:
+        return (rows, cols) if wave else (0, 0)
     gr, gc = (group_rows, group_columns) if group_rows > 1 and group_columns < cols else \
         (1, cols)
-    for r in range(min(wave, rows * cols)):
-        band = r // (gr * cols)
-        first_row = band * gr
-        h = min(gr, rows - first_row)
-        in_band = r - band * gr * cols
-        rect = in_band // (h * gc)
-        first_col = rect * gc
-        w = min(gc, cols - first_col)
-        t = in_band - rect * h * gc
-        seen_r.add(first_row + t // w)
-        seen_c.add(first_col + t % w)
-    return len(seen_r), len(seen_c)
+    full_bands, rem = divmod(wave, gr * cols)
+    r = full_bands * gr
+    if not rem:
+        return r, cols if full_bands else 0
+    h = min(gr, rows - r)
+    full_rects, rem2 = divmod(rem, h * gc)
+    first_col = full_rects * gc
+    w = min(gc, cols - first_col)
+    r += h if full_rects else min(h, -(-rem2 // w))
+    c = full_rects * gc + (min(w, rem2) if rem2 else 0)
+    return r, cols if full_bands else c
 
 
 def _has_loop_loads(fn: Function) -> bool:
@@ -212,18 +180,25 @@ def _has_loop_loads(fn: Function) -> bool:
                for op in fn.walk())
 
 
+SPLITS = (2, 4, 8, 16)
+
+
 class CudaTargetInfo:
     """The GPU as the planner sees it for one function: the common space (root-axis orders
-    x grouped traversals) expanded by warps, pipeline stages and the layouts of `mma`
-    operands (padded copies of misaligned ones; under tf32, K-major copies of those whose k
-    axis is not contiguous); admission by plan validation, shared memory and a register
-    proxy."""
+    x grouped traversals) expanded by warps, pipeline stages, split-K (under a policy that
+    allows regrouping) and the layouts of `mma` operands (padded copies of misaligned ones;
+    under tf32, K-major copies of those whose k axis is not contiguous); admission by plan
+    validation, shared memory and the register estimate. Facts that do not depend on a
+    candidate (work, tiles, register demand, shared memory per stage) are derived once
+    per function; per-candidate answers are memoized by their deciding fields."""
 
     def __init__(self, fn: Function, gpu: GpuInfo, constraints: Constraints | None = None,
-                 *, allow_tf32: bool = False, allow_fma: bool = False) -> None:
+                 *, allow_tf32: bool = False, allow_fma: bool = False,
+                 allow_regrouping: bool = False) -> None:
         self.fn, self.gpu = fn, gpu
         self.constraints = constraints or Constraints()
         self.allow_tf32, self.allow_fma = allow_tf32, allow_fma
+        self.allow_regrouping = allow_regrouping
         self.default = default_plan(fn)
         self.paddable, self.refused = paddable_operands(fn)
         self.misaligned = misaligned_operands(fn)
@@ -231,7 +206,20 @@ class CudaTargetInfo:
         self.kmajor = kmajor_operands(fn)[0] if allow_tf32 else []
         # Pointwise kernels may flatten program x element into one grid (element_grid.py).
         self.element_refusal = refusal(fn)
-        self._work: dict[tuple, list] = {}
+        self.split = split_site(fn)
+        self.has_loop_loads = _has_loop_loads(fn)
+        self.loops = sum(1 for op in fn.walk() if op.name in ("serial", "pipeline"))
+        layout = BlockLayout(fn, self.default.min_dot_extent)
+        self.smem_per_stage = smem_per_stage(fn, self.default.min_dot_extent)
+        self.tensor_core = any(t.kind in TENSOR_CORE_KINDS for op in root_parallels(fn)
+                               for t in dot_tiles(op, layout, allow_tf32))
+        self.phase_facts = [(op, dot_tiles(op, layout, allow_tf32),
+                             register_demand(op, layout, self.tensor_core),
+                             float(loop_trips(op)))
+                            for op in root_parallels(fn)]
+        self.max_demand = max((d for _, _, d, _ in self.phase_facts), default=0.0)
+        self._expansion: list[tuple[int, int, int, tuple]] | None = None
+        self._memo: dict[tuple, Any] = {}
 
     def target(self) -> TargetFacts:
         g = self.gpu
@@ -284,30 +272,54 @@ class CudaTargetInfo:
                 out.append(t)
         return tuple(out)
 
-    def expand(self, base: Candidate) -> Iterator[Candidate]:
-        """Warps x stages x operand layouts (the default rule's values first: ties keep
-        them)."""
+    def _splits(self) -> list[int]:
+        """Split-K factors: a fixed one (checked at admission); else, where the policy
+        allows regrouping and the function has a split site whose grid leaves SMs idle,
+        the factors that keep at least two loop trips per slice."""
+        cons = self.constraints
+        if cons.has("split_k"):
+            return [int(cons.get("split_k"))]
+        if not self.allow_regrouping or isinstance(self.split, str):
+            return [1]
+        programs = self.split.programs
+        if programs >= self.gpu.sms:
+            return [1]
+        return [1] + [s for s in SPLITS if self.split.trips >= 2 * s
+                      and programs * s <= 4 * self.gpu.sms]
+
+    def _expansions(self) -> list[tuple[int, int, int, tuple]]:
+        if self._expansion is not None:
+            return self._expansion
         cons = self.constraints
         d = self.default
-        if base.distribution.kind is DistributionKind.FLAT_ELEMENT_GRID and (
-                list(base.binding.root_axis_order) != list(range(len(base.binding.root_axis_order)))
-                or base.binding.traversal != ROW_MAJOR) and not cons.has("root_axis_order") \
-                and not cons.has("program_traversal"):
-            return  # the flat grid enumerates programs row-major: one point, not per order
         warps = [cons.get("num_warps")] if cons.has("num_warps") else \
             [d.num_warps] + [w for w in WARPS[1:4] if w != d.num_warps]
         if cons.has("num_stages"):
             stages = [cons.get("num_stages")]
-        elif _has_loop_loads(self.fn):
+        elif self.has_loop_loads:
             stages = [d.num_stages] + [s for s in (1, 2, 3, 4) if s != d.num_stages]
         else:
             stages = [1]
-        for layouts in self._layouts():
-            for w in warps:
-                for st in stages:
-                    yield replace(base, binding=replace(base.binding, warps=w),
-                                  schedule=Schedule(stages=st),
-                                  resources=Resources(operand_layouts=layouts))
+        self._expansion = [(w, st, sk, layouts) for layouts in self._layouts()
+                           for sk in self._splits() for w in warps for st in stages]
+        return self._expansion
+
+    def expand(self, base: Candidate) -> Iterator[Candidate]:
+        """Warps x stages x split-K x operand layouts (the default rule's values first:
+        ties keep them)."""
+        cons = self.constraints
+        b = base.binding
+        if base.distribution.kind is DistributionKind.FLAT_ELEMENT_GRID and (
+                list(b.root_axis_order) != list(range(len(b.root_axis_order)))
+                or b.traversal != ROW_MAJOR) and not cons.has("root_axis_order") \
+                and not cons.has("program_traversal"):
+            return  # the flat grid enumerates programs row-major: one point, not per order
+        for w, st, sk, layouts in self._expansions():
+            yield Candidate(Binding(b.root_axis_order, b.traversal, b.block_size,
+                                    b.task_grain, w),
+                            base.distribution, base.atoms,
+                            Resources(base.resources.representations, layouts),
+                            Schedule(stages=st, split_k=sk), base.index)
 
     def _layouts(self) -> Iterator[tuple[tuple[str, str], ...]]:
         """Operand layouts: padded copies (on/off) x K-major copies (on/off), per operand
@@ -333,7 +345,23 @@ class CudaTargetInfo:
                 yield tuple((n, KMAJOR if km and n in kmajor else PADDED if n in padded
                              else "original") for n in names)
 
+    @staticmethod
+    def _key(candidate: Candidate) -> tuple:
+        b = candidate.binding
+        return (b.root_axis_order, b.traversal, b.warps, b.block_size,
+                candidate.distribution.kind, candidate.schedule.stages,
+                candidate.schedule.split_k, candidate.resources.operand_layouts)
+
+    def _memoized(self, kind: str, key: tuple, make: Any) -> Any:
+        k = (kind, key)
+        if k not in self._memo:
+            self._memo[k] = make()
+        return self._memo[k]
+
     def realize(self, candidate: Candidate) -> CudaPlan:
+        return self._memoized("plan", self._key(candidate), lambda: self._realize(candidate))
+
+    def _realize(self, candidate: Candidate) -> CudaPlan:
         b = candidate.binding
         canonical = tuple(range(len(b.root_axis_order)))
         fields_: dict[str, Any] = dict(self.constraints.items())
@@ -343,80 +371,112 @@ class CudaTargetInfo:
                     else b.root_axis_order, "group_rows": b.traversal[0],
                     "group_columns": b.traversal[1], "num_warps": b.warps or 4,
                     "num_stages": candidate.schedule.stages or 1,
+                    "split_k": candidate.schedule.split_k,
                     "pad_misaligned": PADDED in hows, "kmajor_copy": KMAJOR in hows,
                     "element_grid": b.block_size if candidate.distribution.kind
                     is DistributionKind.FLAT_ELEMENT_GRID else 0}
         for name, value in searched.items():
             fields_.setdefault(name, value)
-        return CudaPlan(**fields_).with_(allow_tf32=self.allow_tf32, allow_fma=self.allow_fma)
+        return CudaPlan(**fields_).with_(allow_tf32=self.allow_tf32, allow_fma=self.allow_fma,
+                                         allow_regrouping=self.allow_regrouping)
 
     def accepts(self, fn: Function, candidate: Candidate) -> None:
+        plan = self.realize(candidate)
+        verdict = self._memoized("accepts", (plan,), lambda: self._accepts(plan))
+        if verdict is not None:
+            raise verdict
+
+    def _accepts(self, plan: CudaPlan) -> Admission | None:
+        if plan.split_k > 1 and not plan.allow_regrouping:
+            return Admission(RejectionCategory.SEMANTIC, "split_k",
+                             f"split_k={plan.split_k} sums K-slices of the `mma` contraction "
+                             "in another association; the numerical policy keeps it ordered "
+                             "(set NumericalPolicy(allow_regrouping=True) to allow split-K)")
         try:
-            validate(self.realize(candidate), fn)
+            validate(plan, self.fn)
         except BackendError as e:
             msg = e.plain_message
             name = msg.split(":", 1)[0].removeprefix("CudaPlan.") if msg.startswith(
                 "CudaPlan.") else "plan"
-            raise Admission(RejectionCategory.TARGET, name, msg) from None
+            return Admission(RejectionCategory.TARGET, name, msg)
+        return None
+
+    def occupancy(self, warps: int, stages: int) -> dict[str, float]:
+        """Programs resident per SM from shared memory, threads and the register estimate
+        (the estimate before compiling; `recheck` compares Triton's metadata)."""
+        return self._memoized("occupancy", (warps, stages),
+                              lambda: resident(self.gpu, warps, self.smem_per_stage * stages
+                                               if stages > 1 else 0,
+                                               registers_per_thread(self.max_demand,
+                                                                    32 * warps)))
 
     def resources(self, fn: Function, candidate: Candidate) -> ExecutionResources:
         """Pipelined shared memory per program (from the lowering's block layout) and the
-        register proxy; over the device's limits is a `resource` rejection."""
+        register estimate; over the device's limits is a `resource` rejection."""
         p = self.realize(candidate)
-        smem = pipelined_smem_bytes(fn, p)
+        smem = self.smem_per_stage * p.num_stages if p.num_stages > 1 else 0
         if smem > self.gpu.smem_per_block:
             raise Admission(RejectionCategory.RESOURCE, "num_stages",
                             f"{p.num_stages} stages of the pipelined loads need ~{smem} B of "
                             f"shared memory per program; {self.gpu.name} allows "
                             f"{self.gpu.smem_per_block} B per block")
         threads = 32 * p.num_warps
-        regs = registers_proxy(p.element_grid or count_work(fn, p).max_tile_elements, threads)
+        demand = self.max_demand
+        if p.element_grid:
+            demand = 2.0 * p.element_grid  # one block of the flat grid and its result
+        regs = registers_per_thread(demand, threads)
         if regs > MAX_REGS:
             raise Admission(RejectionCategory.RESOURCE, "num_warps",
-                            f"{p.num_warps} warps hold the largest block in ~{regs} registers "
-                            f"per thread (proxy), over the {MAX_REGS} a thread can address "
+                            f"{p.num_warps} warps hold the live blocks in ~{regs} registers "
+                            f"per thread (estimate), over the {MAX_REGS} a thread can address "
                             f"(it would spill)")
-        loops = sum(1 for op in fn.walk() if op.name in ("serial", "pipeline"))
-        return ExecutionResources(smem, loops if p.num_stages > 1 else 0)
+        return ExecutionResources(smem, self.loops if p.num_stages > 1 else 0)
 
     def resource_limits(self, candidate: Candidate) -> ResourceLimits:
         return ResourceLimits(snapshot_bytes_per_worker=self.gpu.smem_per_block)
 
+    def _layout_work(self, p: CudaPlan) -> tuple[list, list]:
+        key = (p.pad_misaligned, p.kmajor_copy, p.element_grid)
+        return self._memoized("work", key, lambda: (phase_work(self.fn, p),
+                                                    copied_operands(self.fn, p)))
+
     def schedule(self, candidate: Candidate, work: ExecutionWork) -> tuple[dict, ...]:
         p = self.realize(candidate)
-        key = (p.num_warps, p.num_stages, p.pad_misaligned, p.kmajor_copy, p.element_grid)
-        if key not in self._work:
-            self._work[key] = [resident_programs(self.fn, p, self.gpu),
-                               phase_work(self.fn, p), copied_operands(self.fn, p)]
-        res, phases, copied = self._work[key]
-        slots = res["resident_per_sm"] * self.gpu.sms
+        return self._memoized("schedule", (p,), lambda: self._schedule(p))
+
+    def _schedule(self, p: CudaPlan) -> tuple[dict, ...]:
+        phases, copied = self._layout_work(p)
+        g = self.gpu
+        occ = self.occupancy(p.num_warps, p.num_stages)
+        if p.element_grid:
+            regs = registers_per_thread(2.0 * p.element_grid, 32 * p.num_warps)
+            occ = resident(g, p.num_warps, 0, regs)
+        slots = int(occ["resident"]) * g.sms
         out: list[dict] = []
-        for i, (op, w) in enumerate(phases):
-            programs = w.programs[0] or 1
-            trips = float(loop_trips(op))
-            if self.element_refusal is None:
-                # A loop-free pointwise program exposes its loads' latency once per wave, in
-                # either realization; the flat grid runs fewer, fuller programs.
-                trips = max(trips, 1.0)
-                if p.element_grid:
-                    programs = max(1, flat_programs(self.fn, p.element_grid))
-            # Waves of resident programs expose load latency; SM balance (one busy program
-            # saturates an SM's matrix or memory pipes) sets the tail.
-            waves = math.ceil(programs / slots)
-            rounds = math.ceil(programs / self.gpu.sms)
-            entry = {"programs": float(programs), "waves": float(waves),
-                     "wave_efficiency": programs / (rounds * self.gpu.sms),
-                     "bytes": w.bytes_moved,
-                     "dram_fraction": self._dram_fraction(op, p, int(slots)),
-                     "loop_trips": trips, "stages": float(p.num_stages),
-                     **res}
+        for i, ((op, w), (_, tiles, _, trips)) in enumerate(zip(phases, self.phase_facts,
+                                                                strict=True)):
+            programs = float(w.programs[0] or 1)
+            if self.element_refusal is None and p.element_grid:
+                programs = float(max(1, flat_programs(self.fn, p.element_grid)))
+            entry: dict[str, float] = {
+                "programs": programs, "sms": float(g.sms), "warps": float(p.num_warps),
+                "cc_major": float(g.compute_capability[0]), "trips": trips,
+                "stages": float(p.num_stages), "bytes": w.bytes_moved,
+                "dram_fraction": self._dram_fraction(op, p, slots), **occ}
             for kind, flops in w.dot_flops.items():
                 entry[f"flops_{kind}"] = flops
+            entry["mmas"] = float(len(tiles))
+            for j, t in enumerate(tiles):
+                entry[f"mma{j}_m"], entry[f"mma{j}_n"] = float(t.m), float(t.n)
+                entry[f"mma{j}_share"] = t.share
             copies = copied if i == 0 else []
             if copies:
                 entry["copy_bytes"] = sum(o.copy_bytes for o in copies)
                 entry["copies"] = float(len(copies))
-            out.append(entry)
+            if p.split_k > 1 and not isinstance(self.split, str) and op is self.split.parallel:
+                out.extend(split_phases(entry, self.split, p.split_k))
+            else:
+                out.append(entry)
         return tuple(out)
 
     def _dram_fraction(self, op: Any, p: CudaPlan, slots: int) -> float:
@@ -429,8 +489,24 @@ class CudaTargetInfo:
         order = p.root_axis_order or tuple(range(len(domain)))
         rows, cols = domain[order[-2]], domain[order[-1]]
         wave = max(1, min(slots, rows * cols))
-        r, c = _wave_footprint(rows, cols, p.group_rows, p.group_columns, wave)
+        r, c = wave_footprint(rows, cols, p.group_rows, p.group_columns, wave)
         return min(1.0, (r + c) / (2.0 * wave))
+
+    def describe_schedule(self, candidate: Candidate) -> list[str]:
+        """Per phase: the grid, residency and its binding limit, waves, traffic share."""
+        out = []
+        for i, e in enumerate(self.schedule(candidate, None)):  # type: ignore[arg-type]
+            progs, res = int(e["programs"]), int(e["resident"])
+            limits = {k.removeprefix("limit_"): e[k] for k in
+                      ("limit_smem", "limit_threads", "limit_regs")}
+            bound = min(limits, key=lambda k: limits[k])
+            waves = -(-progs // (res * int(e["sms"])))
+            out.append(f"phase {i}: {progs} programs, {res} resident/SM (bound by {bound}; "
+                       f"~{int(e['regs_per_thread'])} regs/thread estimated, "
+                       f"{int(e['smem_bytes'])} B smem), {waves} waves, "
+                       f"{int(e['trips'])} loop trips, DRAM share "
+                       f"{e.get('dram_fraction', 1.0):.3g}")
+        return out
 
     def cost_policy(self) -> CostPolicy:
         rates = {**H200_RATES, "bandwidth": self.gpu.bandwidth,
@@ -439,12 +515,31 @@ class CudaTargetInfo:
 
     def complete(self, fn: Function, candidate: Candidate) -> Candidate:
         """Fill in A (a tensor-core `dot` per `mma`) and Theta's pipeline windows."""
-        atoms = tuple(Atom(str(op.loc) if op.loc else "mma", "dot")
-                      for op in fn.walk() if op.name == "mma")
-        windows = tuple((str(op.loc) if op.loc else "pipeline", int(op.attrs["window"]))
-                        for op in fn.walk() if op.name == "pipeline")
-        return replace(candidate, atoms=atoms,
-                       schedule=replace(candidate.schedule, pipeline_windows=windows))
+        atoms, windows = self._memoized("complete", (), lambda: (
+            tuple(Atom(str(op.loc) if op.loc else "mma", "dot")
+                  for op in fn.walk() if op.name == "mma"),
+            tuple((str(op.loc) if op.loc else "pipeline", int(op.attrs["window"]))
+                  for op in fn.walk() if op.name == "pipeline")))
+        s = candidate.schedule
+        return Candidate(candidate.binding, candidate.distribution, atoms,
+                         candidate.resources,
+                         Schedule(s.reduction_partitions, windows, s.stages, s.split_k),
+                         candidate.index)
+
+
+def resident(gpu: GpuInfo, warps: int, smem: int, regs_per_thread: int) -> dict[str, float]:
+    """Programs resident per SM, limited by shared memory, threads and registers (whichever
+    binds first), with each limit reported."""
+    threads = 32 * warps
+    regs = min(MAX_REGS, regs_per_thread)
+    by_smem = gpu.smem_per_sm // smem if smem > 0 else gpu.max_blocks_per_sm
+    by_threads = gpu.max_threads_per_sm // threads
+    # Registers are allocated per warp in units of 256 (8 per thread).
+    by_regs = gpu.regs_per_sm // (-(-regs // 8) * 8 * threads)
+    count = max(1, min(by_smem, by_threads, by_regs, gpu.max_blocks_per_sm))
+    return {"resident": float(count), "limit_smem": float(by_smem),
+            "limit_threads": float(by_threads), "limit_regs": float(by_regs),
+            "regs_per_thread": float(regs), "smem_bytes": float(smem)}
 
 
 # ------------------------------------------------------------------------- prepare
@@ -467,7 +562,7 @@ def _constraints(options: dict[str, Any], policy: Any) -> Constraints:
             raise ArgumentError(f"constraint {name}={value!r} contradicts plan= "
                                 f"({pairs[name]!r})")
         pairs[name] = value
-    for name in ("allow_tf32", "allow_fma"):
+    for name in ("allow_tf32", "allow_fma", "allow_regrouping"):
         if pairs.pop(name, False) and not getattr(policy, name):
             raise BackendError(f"CudaPlan.{name}: the numerical policy does not allow it "
                                f"(policy {policy.describe()})", loc=None)
@@ -483,7 +578,8 @@ def plan_cuda(fn: Function, options: dict[str, Any], gpu: GpuInfo | None = None
     policy = as_policy(options.get("policy"))
     cons = _constraints(options, policy)
     info = CudaTargetInfo(fn, gpu or device_info(), cons, allow_tf32=policy.allow_tf32,
-                          allow_fma=policy.allow_fma)
+                          allow_fma=policy.allow_fma,
+                          allow_regrouping=policy.allow_regrouping)
     opts = planner_options(options, cons)
     return plan(fn, info, opts), info
 
@@ -511,14 +607,78 @@ def prepare(fn: Function, options: dict[str, Any], planned: tuple[Any, Any] | No
     dump("triton", fn.name, "py", exe.fast.lowered.source)
     policy = as_policy(options.get("policy"))
     explanation = (f"numerical policy: {policy.describe()}\n"
-                   + explain(fn, chosen, info.gpu, exe.fast.lowered.phases) + "\n"
-                   + render(result))
+                   + explain(fn, chosen, info.gpu, exe.fast.lowered.phases, result, info)
+                   + "\n" + split_note(info) + render(result))
     dump("plan", fn.name, "txt", explanation)
     run = exe.run
     if missing is not None:
         def run(args: dict[str, Any], why: str = missing) -> None:
             raise BackendError(why, loc=None)
-    return Executable("cuda", fn, run, plan=chosen, source=exe.fast.lowered.source,
-                      explanation=explanation, extras={"executable": exe,
-                                                       "path": exe.fast.path,
-                                                       "planning": result})
+    out = Executable("cuda", fn, run, plan=chosen, source=exe.fast.lowered.source,
+                     explanation=explanation, extras={"executable": exe,
+                                                      "path": exe.fast.path,
+                                                      "planning": result})
+    estimate = info.occupancy(chosen.num_warps, chosen.num_stages)
+
+    def compiled(meta: dict[str, dict[str, Any]]) -> None:
+        # Triton's metadata of the first launch: kept with the executable and in explain().
+        out.extras["compiled"] = meta
+        out.explanation += "\n" + recheck(meta, info.gpu, chosen.num_warps, estimate)
+
+    exe.on_compiled = compiled
+    return out
+
+
+def split_note(info: CudaTargetInfo) -> str:
+    """Why split-K was or was not in the space (one line, empty when irrelevant)."""
+    site = info.split
+    if isinstance(site, str) or info.constraints.has("split_k"):
+        return ""
+    if not info.allow_regrouping:
+        return (f"split-K: not searched; the K loop ({site.programs} output tiles, "
+                f"{site.trips} trips) could split, but the numerical policy keeps the `mma` "
+                f"contraction ordered (NumericalPolicy(allow_regrouping=True) allows it)\n")
+    if site.programs >= info.gpu.sms:
+        return (f"split-K: not searched; {site.programs} output tiles already fill "
+                f"{info.gpu.sms} SMs\n")
+    return f"split-K: searched factors {info._splits()} for {site.programs} output tiles\n"
+
+
+def compiled_metadata(kernel: Any) -> dict[str, Any] | None:
+    """Registers, spills and shared memory of a compiled Triton kernel (the object a launch
+    returns), or None where there is none (the interpreter) or a field is missing. Field
+    names are those of Triton 3.6 and 3.9 (`n_regs`, `n_spills`, `metadata.shared`)."""
+    if kernel is None:
+        return None
+    meta = getattr(kernel, "metadata", None)
+    out = {"n_regs": getattr(kernel, "n_regs", None), "n_spills": getattr(kernel, "n_spills",
+                                                                          None),
+           "shared": getattr(meta, "shared", None) if meta is not None else None}
+    if all(v is None for v in out.values()):
+        return None
+    return {k: (int(v) if isinstance(v, (int, float)) else None) for k, v in out.items()}
+
+
+def recheck(meta: dict[str, dict[str, Any]], gpu: GpuInfo, warps: int,
+            estimate: dict[str, float]) -> str:
+    """Admission re-checked on Triton's compiled metadata: residency from the real registers
+    and shared memory against the estimate that ranked the plan; spills and shared memory
+    over the block limit are flagged (the plan was admitted on an estimate)."""
+    lines = ["compiled (Triton metadata, first launch):"]
+    for name, m in meta.items():
+        regs, spills, shared = m.get("n_regs"), m.get("n_spills"), m.get("shared")
+        real = resident(gpu, warps, shared or 0, regs or int(estimate["regs_per_thread"]))
+        flags = []
+        if spills:
+            flags.append(f"SPILLS {spills} registers: the estimate admitted a plan that "
+                         f"spills")
+        if shared is not None and shared > gpu.smem_per_block:
+            flags.append(f"shared memory {shared} B over the {gpu.smem_per_block} B limit")
+        if real["resident"] != estimate["resident"]:
+            flags.append(f"resident/SM {int(real['resident'])} (estimated "
+                         f"{int(estimate['resident'])})")
+        lines.append(f"  {name}: n_regs={regs}, n_spills={spills}, shared={shared} B; "
+                     f"estimated ~{int(estimate['regs_per_thread'])} regs, "
+                     f"{int(estimate['smem_bytes'])} B; "
+                     + ("; ".join(flags) if flags else "estimate holds"))
+    return "\n".join(lines)
