@@ -61,6 +61,7 @@ def _variants(rank: int) -> dict[str, list[dict[str, Any]]]:
         "microkernel_vectors": [{"matrix_atom": "microkernel", "microkernel_vectors": v}
                                 for v in (1, 2, 3)],
         "nontemporal_stores": [{"nontemporal_stores": v} for v in (False, True)],
+        "math_interleave": [{"math_interleave": v} for v in (1, 2, 8)],
         "num_threads": [{"num_threads": n} for n in (1, 0)],
         # Grouped rectangles need two root axes; partial final rectangles included.
         "program_traversal": ([{"program_traversal": t} for t in ((2, 2), (3, 1), (1, 1))]
@@ -151,8 +152,9 @@ def _grid_scale(X, Y, *, BR=4, BC=8):
     ({"blocks_per_task": 0}, "blocks_per_task"),
     ({"max_unrolled_tile_elements": -1}, "max_unrolled_tile_elements"),
     ({"matrix_atom": "blas"}, "matrix_atom"),
-    ({"microkernel_rows": 0}, "microkernel_rows"),
+    ({"microkernel_rows": -1}, "microkernel_rows"),
     ({"microkernel_vectors": 5}, "microkernel_vectors"),
+    ({"math_interleave": 3}, "math_interleave"),
 ])
 def test_invalid_plan_raises_naming_the_field(changes: dict[str, Any], field: str) -> None:
     if field == "block_size" and changes.get("local_lanes") == 1 and W == 1:

@@ -28,8 +28,8 @@ class CpuPlan:
     stream_loads: bool = True        # loads without later aliasing stores read in place
     nontemporal_stores: bool = False  # stores to tensors bypass the cache (large outputs)
     matrix_atom: str = "microkernel"  # "ordered" loop nest, or register-blocked "microkernel"
-    microkernel_rows: int = 4        # MR: output rows of the register block
-    microkernel_vectors: int = 2     # V: vectors per row of the register block
+    microkernel_rows: int = 0        # MR: output rows of the register block (0: fit registers)
+    microkernel_vectors: int = 0     # V: vectors per row of the register block (0: fit registers)
     num_threads: int = 0             # 0: the runtime's default pool
     allow_fma: bool = False          # numerical policy: FMA contraction only when allowed
     program_traversal: tuple[int, int] = (1, 1)  # grouped rectangles (rows, cols) of programs
@@ -61,10 +61,10 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
         raise _fail("max_unrolled_tile_elements", "must be >= 0")
     if plan.matrix_atom not in MATRIX_ATOMS:
         raise _fail("matrix_atom", f"must be one of {MATRIX_ATOMS}, got {plan.matrix_atom!r}")
-    if plan.microkernel_rows < 1:
-        raise _fail("microkernel_rows", "must be >= 1")
-    if not 1 <= plan.microkernel_vectors <= 4:
-        raise _fail("microkernel_vectors", "must be in 1..4")
+    if plan.microkernel_rows < 0:
+        raise _fail("microkernel_rows", "must be >= 1, or 0 (fit the target's registers)")
+    if not 0 <= plan.microkernel_vectors <= 4:
+        raise _fail("microkernel_vectors", "must be in 1..4, or 0 (fit the target's registers)")
     lanes = programs_per_packet(plan, packet_width)
     if plan.block_size % lanes:
         raise _fail("block_size", f"{plan.block_size} is not a multiple of the {lanes} "
