@@ -14,6 +14,7 @@ from tilenest.errors import BackendError
 from tilenest.ir.core import Function, Op
 
 MATRIX_ATOMS = ("ordered", "microkernel")
+MATH_INTERLEAVES = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class CpuPlan:
     num_threads: int = 0             # 0: the runtime's default pool
     allow_fma: bool = False          # numerical policy: FMA contraction only when allowed
     program_traversal: tuple[int, int] = (1, 1)  # grouped rectangles (rows, cols) of programs
+    math_interleave: int = 4         # vectors per iteration of loops calling exp/tanh/...
 
     def with_(self, **changes: Any) -> CpuPlan:
         return replace(self, **changes)
@@ -65,6 +67,9 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
         raise _fail("microkernel_rows", "must be >= 1, or 0 (fit the target's registers)")
     if not 0 <= plan.microkernel_vectors <= 4:
         raise _fail("microkernel_vectors", "must be in 1..4, or 0 (fit the target's registers)")
+    if plan.math_interleave not in MATH_INTERLEAVES:
+        raise _fail("math_interleave", f"must be one of {MATH_INTERLEAVES}, got "
+                                       f"{plan.math_interleave!r}")
     lanes = programs_per_packet(plan, packet_width)
     if plan.block_size % lanes:
         raise _fail("block_size", f"{plan.block_size} is not a multiple of the {lanes} "

@@ -89,6 +89,24 @@ class _Emit:
             acc = self.add(self.mul(acc, x), self.c(a))
         return acc
 
+    def estrin(self, x: ir.Value, x2: ir.Value, coeffs: Sequence[float]) -> ir.Value:
+        """The polynomial of `horner` (highest degree first) in Estrin's scheme: pairs
+        (c1*x + c0) combined with powers x^2, x^4, ... The dependency chain grows with
+        log2(degree) instead of degree: the vector loops that call these functions are
+        bound by that latency (the out-of-order window holds too few iterations to hide a
+        chain of 2*degree roundings), not by the number of operations."""
+        low_first = list(reversed(coeffs))
+        terms = [self.add(self.mul(self.c(low_first[i + 1]), x), self.c(low_first[i]))
+                 if i + 1 < len(low_first) else self.c(low_first[i])
+                 for i in range(0, len(low_first), 2)]
+        power = x2
+        while len(terms) > 1:
+            terms = [self.add(terms[i], self.mul(power, terms[i + 1]))
+                     if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+            if len(terms) > 1:
+                power = self.mul(power, power)
+        return terms[0]
+
     def cmp(self, op: str, a: ir.Value, c: ir.Value) -> ir.Value:
         """Ordered comparison: false when either side is NaN."""
         return self.b.fcmp_ordered(op, a, c)
@@ -197,8 +215,9 @@ def _exp_parts(e: _Emit, x: ir.Value) -> tuple[ir.Value, ir.Value]:
         # r's own rounding error (hi - r) - lo (exact, Fast2Sum: |hi| >= |lo| whenever it
         # matters) is worth up to 0.5 ulp of the result; fold it into the small terms.
         r_err = e.sub(e.sub(hi, r), lo)
-        q = e.horner(r, _EXP_Q_F32)
-        p = e.add(r, e.add(e.mul(e.mul(r, r), q), r_err))
+        r2 = e.mul(r, r)
+        q = e.estrin(r, r2, _EXP_Q_F32)
+        p = e.add(r, e.add(e.mul(r2, q), r_err))
     else:
         t = e.mul(r, r)
         c = e.sub(r, e.mul(t, e.horner(t, _EXP_P_F64)))
@@ -308,7 +327,7 @@ def _tanh(e: _Emit, x: ir.Value) -> ir.Value:
     ax = e.fabs(x)
     z = e.mul(ax, ax)
     if e.t.suffix == "f32":
-        ratio = e.horner(z, _TANH_P_F32)
+        ratio = e.estrin(z, e.mul(z, z), _TANH_P_F32)
     else:
         ratio = e.div(e.mul(z, e.horner(z, _TANH_P_F64)), e.horner(z, _TANH_Q_F64))
     small = e.add(ax, e.mul(e.mul(ax, z), ratio)) if e.t.suffix == "f32" else \
@@ -333,10 +352,14 @@ def _sigmoid(e: _Emit, x: ir.Value) -> ir.Value:
     # t_lo: to first order q + (num_lo - q*s_err)/s with q = num/s. The exp error (as a
     # rounded t it is up to 1 ulp of t, i.e. up to 1.5 ulp of the result) and the rounding of
     # 1 + t are thereby removed; the final rounding is what is left (measured <= 1 ulp).
+    # The correction is divided as a product with w = 1/s: a second correctly rounded
+    # division independent of q, so the two divisions overlap instead of following each
+    # other (the correction is ~1 ulp of q, so w's own rounding is negligible there).
     s = e.add(e.c(1.0), t)
     s_err = e.add(e.add(e.sub(e.c(1.0), s), t), t_lo)
     q = e.div(num, s)
-    return e.add(q, e.div(e.sub(num_lo, e.mul(q, s_err)), s))  # NaN in -> NaN out
+    w = e.div(e.c(1.0), s)
+    return e.add(q, e.mul(e.sub(num_lo, e.mul(q, s_err)), w))  # NaN in -> NaN out
 
 
 def _sqrt(e: _Emit, x: ir.Value) -> ir.Value:

@@ -1,0 +1,87 @@
+"""`cpu/families.py`: the realization families the planner may choose among, and what each
+value emits. Every legal value must give results bitwise identical to the default (the
+families differ in speed only); `test_cpu_plans.py` checks that on every example."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilenest as tn
+from tilenest.backends.cpu.families import families
+from tilenest.backends.cpu.lower import lower_function
+from tilenest.backends.cpu.plan import MATH_INTERLEAVES, CpuPlan
+from tilenest.backends.cpu.target import packet_width
+
+
+@tn.kernel
+def _softmax_rows(X, Y, *, ROWS=2, N=64):
+    M, _ = X.shape
+    programs = tn.axis("programs", tn.cdiv(M, ROWS))
+    r, c = tn.axis("r", ROWS), tn.axis("c", N)
+    for nest in tn.parallel(programs):
+        r0 = nest.index() * ROWS
+        x = X.tile((r0, 0), (r, c), fill=float("-inf")).load()
+        e = tn.exp(x - tn.max(x, axis=c))
+        Y.tile((r0, 0), (r, c)).store(e * (1.0 / tn.sum(e, axis=c)))
+
+
+@tn.kernel
+def _scale(X, Y, *, B=16):
+    (N,) = X.shape
+    g, i = tn.axis("g", tn.cdiv(N, B)), tn.axis("i", B)
+    for nest in tn.parallel(g):
+        Y.tile((nest.index() * B,), (i,)).store(X.tile((nest.index() * B,), (i,)).load() * 3.0)
+
+
+def _ir(kernel, *args):
+    return kernel.ir(*args)
+
+
+def test_math_interleave_listed_for_vector_math_only() -> None:
+    x = np.zeros((5, 64), np.float32)
+    fams = families(_ir(_softmax_rows, x, np.zeros_like(x)))
+    assert fams["math_interleave"][0] == CpuPlan().math_interleave
+    assert sorted(fams["math_interleave"]) == sorted(MATH_INTERLEAVES)
+    v = np.zeros(40, np.float32)
+    assert "math_interleave" not in families(_ir(_scale, v, np.zeros_like(v)))
+
+
+def _loop_hints(llvm_ir: str) -> list[str]:
+    return [line for line in llvm_ir.splitlines() if "llvm.loop.interleave.count" in line]
+
+
+@pytest.mark.parametrize("count", MATH_INTERLEAVES)
+def test_math_loops_carry_the_interleave_hint(count: int) -> None:
+    x = np.zeros((5, 64), np.float32)
+    fn = _ir(_softmax_rows, x, np.zeros_like(x))
+    plan = CpuPlan(local_lanes=packet_width(), math_interleave=count)
+    hints = _loop_hints(lower_function(fn, plan, 256, assume_no_alias=True).llvm_ir)
+    if count == 1:
+        assert hints == []
+    else:
+        assert hints and all(f"i32 {count}" in h for h in hints)
+
+
+def test_loops_without_math_carry_no_hint() -> None:
+    v = np.zeros(40, np.float32)
+    fn = _ir(_scale, v, np.zeros_like(v))
+    out = lower_function(fn, CpuPlan(math_interleave=8), 256, assume_no_alias=True)
+    assert _loop_hints(out.llvm_ir) == []
+
+
+def test_every_interleave_gives_the_same_bits() -> None:
+    rng = np.random.default_rng(3)
+    x = (4.0 * rng.standard_normal((7, 64))).astype(np.float32)
+    x[1, 5], x[2, :] = np.nan, -np.inf
+    x[3, 7] = -0.0
+    outs = []
+    for count in MATH_INTERLEAVES:
+        y = np.full_like(x, np.nan)
+        _softmax_rows(x, y, target="cpu", plan=CpuPlan(math_interleave=count))
+        outs.append(y.tobytes())
+    ref = np.full_like(x, np.nan)
+    tn.interpret(_softmax_rows, x, ref)
+    assert all(o == outs[0] for o in outs)
+    np.testing.assert_allclose(np.frombuffer(outs[0], np.float32).reshape(x.shape), ref,
+                               rtol=2e-6, atol=1e-7)
