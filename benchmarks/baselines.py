@@ -128,6 +128,26 @@ def np_rope(np_: Any, a: dict, y: np.ndarray, consts: dict) -> Callable[[], Any]
     return run
 
 
+def np_cross_entropy(np_: Any, a: dict, y: np.ndarray, consts: dict) -> Callable[[], Any]:
+    """logsumexp (max-shifted, one scratch matrix allocated at setup) minus the target."""
+    x, t = a["X"], a["T"]
+    m = np.empty((x.shape[0], 1), np.float32)
+    e = np.empty_like(x)
+    s = np.empty(x.shape[0], np.float32)
+    rows = np.arange(x.shape[0])
+
+    def run() -> None:
+        np.max(x, axis=1, keepdims=True, out=m)
+        np.subtract(x, m, out=e)
+        np.exp(e, out=e)
+        np.sum(e, axis=1, out=s)
+        np.log(s, out=s)
+        np.add(s, m[:, 0], out=y)
+        np.subtract(y, x[rows, t], out=y)
+
+    return run
+
+
 def np_gemm(np_: Any, a: dict, y: np.ndarray, consts: dict) -> Callable[[], Any]:
     x, w = a["A"], a["B"]
     return lambda: np.matmul(x, w, out=y)
@@ -211,6 +231,18 @@ def torch_rope(torch: Any, a: dict, y: np.ndarray, consts: dict) -> Callable[[],
         y2.addcmul_(x1, sin)
 
     return run
+
+
+def torch_cross_entropy(torch: Any, a: dict, y: np.ndarray, consts: dict) -> Callable[[], Any]:
+    t, _ = _t(torch, a, y)
+    x, target = t["X"], t["T"]
+    functional = torch.nn.functional
+
+    def allocating() -> Any:
+        return functional.cross_entropy(x, target, reduction="none")
+
+    allocating.returns_output = True  # type: ignore[attr-defined]
+    return allocating
 
 
 def torch_gemm(torch: Any, a: dict, y: np.ndarray, consts: dict) -> Callable[[], Any]:
@@ -316,10 +348,11 @@ def _numba(kernel: str, params: tuple[str, ...], *const_names: str) -> Factory:
 FACTORIES: dict[str, dict[str, Factory]] = {
     "numpy": {"copy": np_copy, "softmax": np_softmax, "layernorm": np_layernorm,
               "rmsnorm": np_rmsnorm, "gelu_residual": np_gelu_residual, "swiglu": np_swiglu,
-              "rope": np_rope, "gemm": np_gemm},
+              "rope": np_rope, "gemm": np_gemm, "cross_entropy": np_cross_entropy},
     "torch": {"copy": torch_copy, "softmax": torch_softmax, "layernorm": torch_layernorm,
               "rmsnorm": torch_rmsnorm, "gelu_residual": torch_gelu_residual,
-              "swiglu": torch_swiglu, "rope": torch_rope, "gemm": torch_gemm},
+              "swiglu": torch_swiglu, "rope": torch_rope, "gemm": torch_gemm,
+              "cross_entropy": torch_cross_entropy},
     "numba": {"copy": _numba("copy", ("X",)), "softmax": _numba("softmax", ("X",)),
               "layernorm": _numba("layernorm", ("X", "W", "B"), "EPS"),
               "rmsnorm": _numba("rmsnorm", ("X", "W"), "EPS"),
@@ -334,6 +367,8 @@ NOTES: dict[tuple[str, str], str] = {
     ("torch", "layernorm"): "aten.native_layer_norm.out (F.layer_norm's kernel with out=)",
     ("torch", "gelu_residual"): "gelu(approximate='tanh', out=y) then y.add_(r)",
     ("torch", "swiglu"): "silu(g, out=y) then y.mul_(u)",
+    ("torch", "cross_entropy"): "F.cross_entropy(reduction='none') has no out=: it allocates "
+                                "its output (M floats) on every call",
     ("numpy", "gemm"): "np.matmul(out=) (OpenBLAS)",
     ("torch", "gemm"): "torch.mm(out=) (MKL)",
 }

@@ -5,6 +5,12 @@ Run it through `tilenest bench --target cpu [--quick] [--only softmax,gemm]`, or
 `python -m benchmarks.cpu_suite` from the repository root. `tasks(...)` lists the work (one
 progress step each); `finish(...)` assembles the JSON document that `benchmarks.report`
 renders.
+
+The `tilenest` contender is a plain call, as a user writes it (`softmax(x, y)`: no tile
+constants, the planner picks the tunables); its config column reports the picked
+constants (`compiled.constants`). Each case's fixed-constant variants are the comparison:
+they are timed interleaved with the plain call, and `regret` is the plain call's time over
+the fastest correct variant's, minus one.
 """
 
 from __future__ import annotations
@@ -76,6 +82,8 @@ ROWS_WIDE = ({"ROWS": 2}, {"ROWS": 4}, {"ROWS": 8})
 ROWS_NARROW = ({"ROWS": 4}, {"ROWS": 8}, {"ROWS": 16}, {"ROWS": 32})
 POINTWISE = ({"BM": 16, "BN": 32}, {"BM": 8, "BN": 256}, {"BM": 4, "BN": 1024},
              {"BM": 16, "BN": 512})
+CROSS_ENTROPY = ({"ROWS": 1, "BLOCK": 1024}, {"ROWS": 1, "BLOCK": 4096},
+                 {"ROWS": 4, "BLOCK": 4096}, {"ROWS": 1, "BLOCK": 16384})
 GEMM_BLOCKS = ({"BM": 32, "BN": 32, "BK": 16}, {"BM": 64, "BN": 64, "BK": 32},
                {"BM": 64, "BN": 128, "BK": 64}, {"BM": 128, "BN": 128, "BK": 64})
 
@@ -90,6 +98,8 @@ def full_cases() -> list[BenchCase]:
         BenchCase("gelu_residual", {"M": 4096, "N": 4096}, POINTWISE),
         BenchCase("swiglu", {"M": 4096, "N": 4096}, POINTWISE),
         BenchCase("rope", {"T": 4096, "H": 32, "D": 128}, ({"BT": 8}, {"BT": 16}, {"BT": 64})),
+        BenchCase("cross_entropy", {"M": 1024, "V": 32000}, CROSS_ENTROPY),
+        BenchCase("cross_entropy", {"M": 4096, "V": 4096}, CROSS_ENTROPY),
         *(BenchCase("gemm", {"M": n, "N": n, "K": n}, GEMM_BLOCKS) for n in (256, 512, 1024,
                                                                              2048)),
         BenchCase("gemm", {"M": 1000, "N": 1030, "K": 999}, GEMM_BLOCKS),
@@ -105,6 +115,7 @@ def quick_cases() -> list[BenchCase]:
         BenchCase("gelu_residual", {"M": 64, "N": 256}, ({"BM": 8, "BN": 256},)),
         BenchCase("swiglu", {"M": 64, "N": 256}, ({"BM": 8, "BN": 256},)),
         BenchCase("rope", {"T": 32, "H": 4, "D": 64}, ({"BT": 16},)),
+        BenchCase("cross_entropy", {"M": 64, "V": 1000}, ({"ROWS": 1, "BLOCK": 1024},)),
         BenchCase("gemm", {"M": 64, "N": 64, "K": 64}, ({"BM": 32, "BN": 32, "BK": 16},)),
         BenchCase("gemm", {"M": 50, "N": 41, "K": 30}, ({"BM": 32, "BN": 32, "BK": 16},)),
     ]
@@ -119,6 +130,7 @@ TINY: dict[str, dict[str, int]] = {
     "swiglu": {"M": 4, "N": 8},
     "rope": {"T": 4, "H": 2, "D": 8},
     "gemm": {"M": 8, "N": 8, "K": 8},
+    "cross_entropy": {"M": 4, "V": 8},
 }
 
 
@@ -137,7 +149,8 @@ def kernels() -> dict[str, Any]:
 
 @dataclass
 class BufferSet:
-    """One copy of the inputs (f32, by kernel parameter name) and its preallocated output."""
+    """One copy of the inputs (f32, or their own integer dtype: class indices, by kernel
+    parameter name) and its preallocated output."""
 
     inputs: dict[str, np.ndarray]
     out: np.ndarray
@@ -150,8 +163,8 @@ def make_sets(ex: Any, case: BenchCase, *, quick: bool, llc: int
               ) -> tuple[list[BufferSet], np.ndarray, dict[str, Any]]:
     """Rotating buffer sets, the float64 oracle (on the f32-rounded inputs), the constants."""
     values = ex.make_inputs(np.random.default_rng(0), **case.shape)
-    first = {p: np.ascontiguousarray(values[p], np.float32) for p in ex.inputs}
-    consts = dict(ex.consts)
+    first = {p: np.ascontiguousarray(values[p], _storage(values[p])) for p in ex.inputs}
+    consts = plain_consts(ex)
     ref = ex.run_reference({p: a.astype(np.float64) for p, a in first.items()}, consts)
     (ref,) = ref.values()
     out_bytes = ref.size * 4
@@ -162,6 +175,21 @@ def make_sets(ex: Any, case: BenchCase, *, quick: bool, llc: int
         sets.append(BufferSet({p: a.copy() for p, a in first.items()},
                               np.full(ref.shape, np.nan, np.float32)))
     return sets, ref, consts
+
+
+def _storage(values: np.ndarray) -> np.dtype:
+    """f32 for float inputs; integer inputs (class indices) keep their dtype."""
+    return values.dtype if np.issubdtype(values.dtype, np.integer) else np.dtype(np.float32)
+
+
+def plain_consts(ex: Any) -> dict[str, Any]:
+    """The example's constants less its tunables: what a plain call passes (EPS, CAUSAL)."""
+    return {k: v for k, v in ex.consts.items() if k not in ex.kernel.tunables}
+
+
+def picked(ex: Any, ck: Any) -> dict[str, Any]:
+    """The tunable values a compiled kernel uses (from `compiled.constants`)."""
+    return {k: v for k, v in ck.constants.items() if k in ex.kernel.tunables}
 
 
 # --------------------------------------------------------------------------------- contenders
@@ -181,48 +209,69 @@ def _error_text(e: BaseException) -> str:
 
 def tilenest_contender(ex: Any, case: BenchCase, sets: list[BufferSet], ref: np.ndarray,
                        consts: dict[str, Any], timing: Timing) -> Contender:
-    """Compile every variant, check it, time it briefly and keep the fastest correct one."""
+    """The plain call (no tile constants: the planner picks them), checked; then each
+    fixed-constant variant, checked and timed briefly interleaved with the plain call (the
+    regret of the pick against the best variant measured)."""
+    tol = TOLERANCE["float32"]
+    try:
+        start = time.perf_counter()
+        ck = ex.kernel.compile(*sets[0].kernel_args(ex), target="cpu", **consts)
+        compile_s = time.perf_counter() - start
+    except Exception as e:
+        return Contender("tilenest", [], {"config": {}, "error": _error_text(e)},
+                         Check(False, None, tol, _error_text(e)))
+    calls = [partial(ex.kernel, *s.kernel_args(ex), target="cpu", **consts) for s in sets]
+    chk = check_output(calls[0], sets[0].out, ref, tol)
+    search = ck.executable.extras.get("tunables")
+    info: dict[str, Any] = {
+        "config": picked(ex, ck), "compile_s": compile_s,
+        "planning_status": getattr(ck.planning, "status", None),
+        "tunable_status": getattr(search, "status", None),
+        "plan": ck.plan.describe() if hasattr(ck.plan, "describe") else repr(ck.plan),
+        "explain": ck.explain()}
+    mine = Contender("tilenest", calls, info, chk)
+    if chk.ok:
+        info["sweep"] = _sweep(ex, case, sets, ref, consts, calls, timing)
+        timed = [e for e in info["sweep"] if "median_s" in e]
+        if timed:
+            best = min(timed, key=lambda e: e["median_s"])
+            info["sweep_best"] = best["config"]
+            info["sweep_plain_median_s"] = best["plain_median_s"]
+            info["regret"] = best["plain_median_s"] / best["median_s"] - 1.0
+    return mine
+
+
+def _sweep(ex: Any, case: BenchCase, sets: list[BufferSet], ref: np.ndarray,
+           consts: dict[str, Any], plain: list[Callable[[], Any]], timing: Timing
+           ) -> list[dict[str, Any]]:
+    """Every fixed-constant variant compiled, checked, and timed against the plain call."""
     sweep_timing = Timing(rounds=1, min_time_s=min(0.3, timing.min_time_s), min_runs=3,
                           max_runs=50, warmup_calls=1)
     tol = TOLERANCE["float32"]
-    sweep: list[dict[str, Any]] = []
-    best: Contender | None = None
-    first_failure: Check | None = None
-    for variant in case.variants:
+    entries: list[dict[str, Any]] = []
+    rotations: dict[str, Rotation] = {"plain": Rotation(plain)}
+    for i, variant in enumerate(case.variants):
         full = {**consts, **variant}
         entry: dict[str, Any] = {"config": variant}
+        entries.append(entry)
         try:
-            start = time.perf_counter()
             ck = ex.kernel.compile(*sets[0].kernel_args(ex), target="cpu", **full)
-            entry["compile_s"] = time.perf_counter() - start
         except Exception as e:
             entry.update(ok=False, error=_error_text(e))
-            sweep.append(entry)
-            first_failure = first_failure or Check(False, None, tol, entry["error"])
             continue
-        calls = [partial(ck, *s.kernel_args(ex), **full) for s in sets]
+        calls = [partial(ck, *s.kernel_args(ex)) for s in sets]
         chk = check_output(calls[0], sets[0].out, ref, tol)
         entry.update(ok=chk.ok, max_rel_error=chk.max_rel_error, error=chk.error)
-        if not chk.ok:
-            first_failure = first_failure or chk
-            sweep.append(entry)
-            continue
-        median = 0.0
-        if len(case.variants) > 1:
-            samples = time_interleaved({"v": Rotation(calls)}, sweep_timing)["v"]
-            median = statistics.median(samples)
-            entry["median_s"] = median
-        sweep.append(entry)
-        if best is None or median < best.info["sweep_median_s"]:
-            plan = getattr(ck, "plan", None)
-            best = Contender("tilenest", calls, {
-                "config": variant, "sweep_median_s": median,
-                "plan": plan.describe() if hasattr(plan, "describe") else repr(plan),
-                "explain": ck.explain()}, chk)
-    if best is None:
-        return Contender("tilenest", [], {"sweep": sweep}, first_failure)
-    best.info["sweep"] = sweep
-    return best
+        if chk.ok:
+            rotations[f"v{i}"] = Rotation(calls)
+    if len(rotations) > 1:
+        samples = time_interleaved(rotations, sweep_timing)
+        plain_median = statistics.median(samples["plain"])
+        for i, entry in enumerate(entries):
+            if f"v{i}" in samples:
+                entry["median_s"] = statistics.median(samples[f"v{i}"])
+                entry["plain_median_s"] = plain_median
+    return entries
 
 
 def baseline_contender(name: str, ex: Any, sets: list[BufferSet], ref: np.ndarray,
@@ -303,12 +352,10 @@ def run_case(case: BenchCase, modules: dict[str, Any], timing: Timing, *, quick:
 
 
 def _compile_args(ex: Any, shape: dict[str, int]) -> list[np.ndarray]:
-    """Uninitialized f32 arguments of the right shapes (compiling never reads them)."""
-    values = ex.make_inputs(np.random.default_rng(0), **shape)
-    first = values[ex.inputs[0]].shape
-    out_shape = (shape["M"], shape["N"]) if ex.name == "gemm" else first
-    return [np.empty(values[p].shape if p in values else out_shape, np.float32)
-            for p in ex.kernel.tensor_params]
+    """Uninitialized arguments of the right shapes and dtypes (compiling never reads them)."""
+    from examples import empty_args
+
+    return empty_args(ex, shape)
 
 
 def compile_times(kernel_name: str, shape: dict[str, int], repeats: int) -> dict[str, Any]:
@@ -319,7 +366,7 @@ def compile_times(kernel_name: str, shape: dict[str, int], repeats: int) -> dict
 
     ex = kernels()[kernel_name]
     args = _compile_args(ex, shape)
-    consts = dict(ex.consts)
+    consts = plain_consts(ex)
     saved = os.environ.get("TILENEST_CACHE_DIR")
     record: dict[str, Any] = {"kernel": kernel_name, "shape": shape, "consts": consts,
                               "capture_s": [], "lower_jit_s": [], "cold_s": [], "cached_s": [],
@@ -374,7 +421,7 @@ def call_overhead(kernel_name: str, modules: dict[str, Any], *, calls: int, repe
                               "samples_us": {}}
     try:
         ck = ex.kernel.compile(*sets[0].kernel_args(ex), target="cpu", **consts)
-        contenders = {"tilenest": partial(ck, *sets[0].kernel_args(ex), **consts)}
+        contenders = {"tilenest": partial(ck, *sets[0].kernel_args(ex))}
     except Exception as e:
         record["error"] = _error_text(e)
         return record

@@ -1,9 +1,17 @@
-"""The H200 benchmark suite of the cuda backend (issue 5): tilenest kernels vs cuBLAS
+"""The H200 benchmark suite of the cuda backend (issues 5 and 9): tilenest kernels vs cuBLAS
 (`torch.mm`), hand-written Triton of the same algorithm, torch eager, `torch.compile` and
 SDPA. Every contender's output is checked against a float64 reference (sampled rows/heads
 for the large products) before it is timed. Writes JSON + markdown.
 
+Every case leads with a plain call, as a user writes it (`gemm(a, b, c)`: no tile constants,
+the planner picks the tunables); its row is named `tilenest plain call (<picked constants>)`.
+Rows with fixed constants or plans are kept as comparisons. `--plan-only` plans every case's
+plain call (no GPU needed, nothing launched: uninitialized CPU tensors of the case's shapes,
+planned for the static H200 description when no GPU is present) and prints the picks;
+`--list` prints the cases.
+
     PYTHONPATH=src:. python benchmarks/cuda_suite.py --out DIR [--only gemm,softmax,...]
+    PYTHONPATH=src:. python -m benchmarks.cuda_suite --plan-only [--only cross_entropy]
 """
 
 from __future__ import annotations
@@ -16,22 +24,116 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchmarks.cuda_timing import Timer
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from examples import EXAMPLES  # noqa: E402
+from examples import EXAMPLES, empty_args  # noqa: E402
 
-from benchmarks import cuda_baselines as hand  # noqa: E402
-from benchmarks.cuda_timing import Timer  # noqa: E402
 from tilenest.backends.cuda.plan import CudaPlan  # noqa: E402
 from tilenest.numerics import NumericalPolicy  # noqa: E402
 
 TF32 = NumericalPolicy(allow_tf32=True)
 TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2, "tf32": 2e-3}
 DT = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+
+
+# ------------------------------------------------------------------------------- the cases
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One case of the suite: an example at one shape (its `make_inputs` names) and dtype,
+    with its semantic constants (CAUSAL) and whether the numerical policy allows tf32."""
+
+    family: str
+    example: str
+    dtype: str
+    shape: dict[str, int]
+    tf32: bool = False
+    consts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The planner options of the plain call (the numerical policy only)."""
+        return {"policy": TF32} if self.tf32 else {}
+
+
+def _gemm(dtype: str, m: int, n: int, k: int, tf32: bool = False) -> Spec:
+    return Spec("gemm", "gemm", dtype, {"M": m, "N": n, "K": k}, tf32)
+
+
+def _rows(example: str, dtype: str, m: int, n: int) -> Spec:
+    return Spec(example, example, dtype, {"M": m, "N": n})
+
+
+def _cross_entropy(dtype: str, m: int, v: int) -> Spec:
+    return Spec("cross_entropy", "cross_entropy", dtype, {"M": m, "V": v})
+
+
+def _attention(causal: bool, b: int = 4, h: int = 32, s: int = 4096, d: int = 128) -> Spec:
+    return Spec("attention", "flash_attention", "f16",
+                {"B": b, "H": h, "SQ": s, "SK": s, "D": d}, consts={"CAUSAL": causal})
+
+
+_RAGGED = [_gemm("f16", 4095, 4097, 4093), _gemm("f32", 4096, 4096, 4096),
+           _gemm("f32", 4096, 4096, 4096, tf32=True)]
+SPECS: dict[str, list[Spec]] = {
+    "gemm": [_gemm(d, n, n, n) for d in ("f16", "bf16") for n in (4096, 8192)]
+    + [_gemm("f16", 512, 512, 512), _gemm("f16", 16, 4096, 4096), *_RAGGED],
+    "gemm-ragged": list(_RAGGED),
+    "gemm-small": [_gemm("f16", 512, 512, 512), _gemm("f16", 16, 4096, 4096)],
+    "softmax": [_rows("softmax", "f32", 8192, 8192), _rows("softmax", "f16", 16384, 4096)],
+    "layernorm": [_rows("layernorm", "f32", 8192, 8192),
+                  _rows("layernorm", "f16", 16384, 4096)],
+    "rmsnorm": [_rows("rmsnorm", "f32", 8192, 8192), _rows("rmsnorm", "f16", 16384, 4096)],
+    "cross_entropy": [_cross_entropy("f32", 4096, 32000), _cross_entropy("bf16", 4096, 32000),
+                      _cross_entropy("bf16", 8192, 50257)],
+    "attention": [_attention(False), _attention(True)],
+    "gqa": [Spec("gqa", "gqa_decode", "f16", {"B": 32, "HKV": 8, "G": 4, "S": 8192, "D": 128})],
+}
+# Families that only select others' cases (kept out of the default run and of all_specs).
+SUBSETS = ("gemm-ragged", "gemm-small")
+
+
+def all_specs() -> list[Spec]:
+    """Every distinct case of the default run."""
+    return [s for fam, specs in SPECS.items() if fam not in SUBSETS for s in specs]
+
+
+def describe(spec: Spec) -> str:
+    shape = "x".join(str(v) for v in spec.shape.values())
+    extra = "".join(f" {k}={v}" for k, v in spec.consts.items())
+    return f"{spec.example} {spec.dtype}{'-tf32' if spec.tf32 else ''} {shape}{extra}"
+
+
+def plan_only(spec: Spec) -> dict[str, Any]:
+    """Plan the plain call of one case on the cuda target: nothing is launched, no data is
+    made (uninitialized CPU tensors of the case's shapes and dtypes)."""
+    ex = EXAMPLES[spec.example]
+    args = empty_args(ex, spec.shape, spec.dtype, lib="torch")
+    start = time.perf_counter()
+    row: dict[str, Any] = {"case": describe(spec)}
+    try:
+        ck = ex.kernel.compile(*args, target="cuda", **spec.consts, **spec.options)
+    except Exception as e:
+        row.update(error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+    else:
+        search = ck.executable.extras.get("tunables")
+        row.update(constants={k: v for k, v in ck.constants.items() if k in ex.kernel.tunables},
+                   planning_status=ck.planning.status,
+                   tunable_status=getattr(search, "status", None))
+    row["seconds"] = time.perf_counter() - start
+    return row
+
+
+# ------------------------------------------------------------------------------ contenders
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -60,7 +162,26 @@ def _safe(label: str, fn: Callable[[], Any], log: list[str]) -> Any:
         return None
 
 
-def gemm_case(dtype: str, M: int, N: int, K: int, tf32: bool, log: list[str]) -> Case:
+def _plain_call(case: Case, spec: Spec, args: Callable[[int, torch.Tensor], list],
+                out: torch.Tensor, log: list[str]) -> None:
+    """The plain call contender: no tile constants (the planner picks the tunables), the
+    picked constants (`compiled.constants`) in its name; host time included."""
+    kern = EXAMPLES[spec.example].kernel
+    opts = {**spec.consts, **spec.options}
+    ck = _safe(f"{case.name} tilenest plain", lambda: kern.compile(
+        *args(0, out), target="cuda", **opts), log)
+    if ck is None:
+        return
+    chosen = " ".join(f"{k}{v}" for k, v in ck.constants.items() if k in kern.tunables)
+    case.contenders[f"tilenest plain call ({chosen})"] = (
+        lambda i: kern(*args(i, out), **opts), lambda: out)
+
+
+def gemm_case(spec: Spec, log: list[str]) -> Case:
+    from benchmarks import cuda_baselines as hand
+
+    dtype, tf32 = spec.dtype, spec.tf32
+    M, N, K = spec.shape["M"], spec.shape["N"], spec.shape["K"]
     dt = DT[dtype]
     label = f"gemm {dtype}{'-tf32' if tf32 else ''} {M}x{N}x{K}"
     case = Case(label, "gemm", 2.0 * M * N * K, (M * K + K * N + M * N) * dt.itemsize)
@@ -75,22 +196,21 @@ def gemm_case(dtype: str, M: int, N: int, K: int, tf32: bool, log: list[str]) ->
     kern = EXAMPLES["gemm"].kernel
     configs = [(128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3),
                (128, 128, 64, 4, 4), (128, 128, 32, 8, 4)]
+    if M <= 64:  # skinny: narrow row tiles
+        configs = [(16, 64, 128, 4, 4), (16, 128, 128, 4, 4), (32, 64, 64, 4, 4),
+                   (64, 64, 64, 4, 4)]
+    elif max(M, N, K) <= 1024:
+        configs = [(64, 64, 64, 4, 3), (128, 64, 64, 4, 3), (64, 128, 32, 4, 4),
+                   (128, 128, 64, 8, 3)]
     if dtype == "f32":
         configs = [(128, 128, 32, 8, 3), (64, 128, 32, 4, 3), (128, 64, 32, 4, 4)]
         if tf32:
             configs += [(128, 128, 64, 8, 3), (128, 256, 32, 8, 3), (256, 128, 32, 8, 3)]
-    # A plain call, as a user writes it: no constants, the planner picks the tunables.
-    pout = torch.empty(M, N, device="cuda", dtype=dt)
-    popts0: dict[str, Any] = {} if policy is None else {"policy": policy}
-    pck = _safe(f"{label} tilenest plain", lambda: kern.compile(
-        sets[0][0], sets[0][1], pout, target="cuda", **popts0), log)
-    if pck is not None:
-        chosen = " ".join(f"{k}{v}" for k, v in pck.constants.items())
-        case.contenders[f"tilenest plain call ({chosen})"] = (
-            lambda i: kern(sets[i][0], sets[i][1], pout, **popts0), lambda: pout)
-    # The planner's own choice (warps, stages, traversal, padded copies of misaligned
-    # operands, K-major copies of tf32 operands) per tile size, then the fixed-plan sweep
-    # (original strides) as controls.
+    _plain_call(case, spec, lambda i, o: [sets[i][0], sets[i][1], o],
+                torch.empty(M, N, device="cuda", dtype=dt), log)
+    # Comparisons: the planner's own choice (warps, stages, traversal, padded copies of
+    # misaligned operands, K-major copies of tf32 operands) per fixed tile size, then the
+    # fixed-plan sweep (original strides) and hand-written Triton of the same tiles.
     for bm, bn, bk in dict.fromkeys((c[0], c[1], c[2]) for c in configs):
         out = torch.empty(M, N, device="cuda", dtype=dt)
         consts = {"BM": bm, "BN": bn, "BK": bk}
@@ -136,7 +256,11 @@ def gemm_case(dtype: str, M: int, N: int, K: int, tf32: bool, log: list[str]) ->
     return case
 
 
-def _rows_case(example: str, dtype: str, M: int, N: int, log: list[str]) -> Case:
+def rows_case(spec: Spec, log: list[str]) -> Case:
+    from benchmarks import cuda_baselines as hand
+
+    example, dtype = spec.example, spec.dtype
+    M, N = spec.shape["M"], spec.shape["N"]
     dt = DT[dtype]
     ex = EXAMPLES[example]
     nparams = {"softmax": 1, "layernorm": 3, "rmsnorm": 2}[example]
@@ -163,13 +287,8 @@ def _rows_case(example: str, dtype: str, M: int, N: int, log: list[str]) -> Case
     def args(i: int, out: torch.Tensor) -> list[torch.Tensor]:
         return [*sets[i][:nparams], out]
 
-    pout = torch.empty(M, N, device="cuda", dtype=dt)
-    pck = _safe(f"{case.name} tilenest plain", lambda: ex.kernel.compile(
-        *args(0, pout), target="cuda"), log)
-    if pck is not None:  # a plain call: the planner picks ROWS
-        case.contenders[f"tilenest plain call (ROWS{pck.constants['ROWS']})"] = (
-            lambda i: ex.kernel(*args(i, pout)), lambda: pout)
-    for rows in (1, 2, 4):
+    _plain_call(case, spec, args, torch.empty(M, N, device="cuda", dtype=dt), log)
+    for rows in (1, 2, 4):  # comparisons: fixed ROWS and warps
         for warps in (4, 8, 16):
             out = torch.empty(M, N, device="cuda", dtype=dt)
             plan = CudaPlan(num_warps=warps)
@@ -196,15 +315,66 @@ def _rows_case(example: str, dtype: str, M: int, N: int, log: list[str]) -> Case
               "layernorm": lambda i: hand.layernorm(*sets[i], hout),
               "rmsnorm": lambda i: hand.rmsnorm(sets[i][0], sets[i][1], hout)}[example]
     case.contenders["hand-triton"] = (handfn, lambda: hout)
-    cin, cout = sets[0][0], torch.empty_like(sets[0][0])
+    cout = torch.empty_like(sets[0][0])
     case.contenders["copy (bandwidth ceiling)"] = (lambda i: cout.copy_(sets[i][0]),
                                                    lambda: None)  # type: ignore[dict-item]
-    del cin
     return case
 
 
-def attention_case(causal: bool, log: list[str], B: int = 4, H: int = 32, S: int = 4096,
-                   D: int = 128) -> Case:
+def _torch_cross_entropy(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(x, t, reduction="none")
+
+
+def cross_entropy_case(spec: Spec, log: list[str]) -> Case:
+    """Per-row loss of (M, V) logits and int64 targets: tilenest vs torch eager and
+    torch.compile of the same function (f32 losses from torch for every logit dtype; the
+    tilenest loss has the logits' dtype, like the rest of its row kernels)."""
+    dtype, M, V = spec.dtype, spec.shape["M"], spec.shape["V"]
+    dt = DT[dtype]
+    case = Case(f"cross_entropy {dtype} {M}x{V}", "cross_entropy", 0.0,
+                M * V * dt.itemsize + M * (8 + dt.itemsize))
+    sets = [(4.0 * torch.randn(M, V, device="cuda", dtype=torch.float32)).to(dt)
+            for _ in range(3)]
+    targets = [torch.randint(0, V, (M,), device="cuda", dtype=torch.int64) for _ in range(3)]
+    rows = torch.arange(M, device="cuda")
+
+    def ref(i: int) -> torch.Tensor:
+        x = sets[i].double()
+        return torch.logsumexp(x, dim=1) - x[rows, targets[i]]
+
+    refs = [ref(i) for i in range(len(sets))]
+    case.check = lambda out, i: rel_err(out, refs[i])
+    case.tol = TOL[dt]
+
+    def args(i: int, out: torch.Tensor) -> list[torch.Tensor]:
+        return [sets[i], targets[i], out]
+
+    _plain_call(case, spec, args, torch.empty(M, device="cuda", dtype=dt), log)
+    kern = EXAMPLES["cross_entropy"].kernel
+    for consts in ({"ROWS": 1, "BLOCK": 4096}, {"ROWS": 1, "BLOCK": 16384},
+                   {"ROWS": 4, "BLOCK": 4096}):  # comparisons: fixed tiles
+        out = torch.empty(M, device="cuda", dtype=dt)
+        ck = _safe(f"{case.name} tilenest {consts}", lambda o=out, c=consts: kern.compile(
+            *args(0, o), target="cuda", **c), log)
+        if ck is not None:
+            name = " ".join(f"{k}={v}" for k, v in consts.items())
+            case.contenders[f"tilenest {name}"] = (lambda i, ck=ck, o=out: ck(*args(i, o)),
+                                                   lambda o=out: o)
+    box: dict[str, torch.Tensor] = {}
+
+    def run(i: int, fn: Callable = _torch_cross_entropy, key: str = "eager") -> None:
+        box[key] = fn(sets[i], targets[i])
+
+    case.contenders["torch eager"] = (run, lambda: box["eager"])
+    compiled = torch.compile(_torch_cross_entropy)
+    case.contenders["torch.compile"] = (lambda i: run(i, compiled, "compiled"),
+                                        lambda: box["compiled"])
+    return case
+
+
+def attention_case(spec: Spec, log: list[str]) -> Case:
+    causal = bool(spec.consts["CAUSAL"])
+    B, H, S, D = (spec.shape[k] for k in ("B", "H", "SQ", "D"))
     dt = torch.float16
     work = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
     case = Case(f"attention f16 B{B} H{H} S{S} D{D}{' causal' if causal else ''}", "attention",
@@ -224,13 +394,8 @@ def attention_case(causal: bool, log: list[str], B: int = 4, H: int = 32, S: int
         heads, refs[i], strict=True))
     case.tol = TOL[dt]
     kern = EXAMPLES["flash_attention"].kernel
-    pout = torch.empty(B, H, S, D, device="cuda", dtype=dt)
-    pck = _safe(f"{case.name} tilenest plain", lambda: kern.compile(
-        *sets[0], pout, target="cuda", CAUSAL=causal), log)
-    if pck is not None:  # a plain call: the planner picks BM and BN
-        chosen = f"BM{pck.constants['BM']} BN{pck.constants['BN']}"
-        case.contenders[f"tilenest plain call ({chosen})"] = (
-            lambda i: kern(*sets[i], pout, CAUSAL=causal), lambda: pout)
+    _plain_call(case, spec, lambda i, o: [*sets[i], o],
+                torch.empty(B, H, S, D, device="cuda", dtype=dt), log)
     for bm, bn, warps, stages in ((128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3),
                                   (128, 64, 4, 3)):
         out = torch.empty(B, H, S, D, device="cuda", dtype=dt)
@@ -251,8 +416,9 @@ def attention_case(causal: bool, log: list[str], B: int = 4, H: int = 32, S: int
     return case
 
 
-def gqa_case(log: list[str], B: int = 32, HQ: int = 32, HKV: int = 8, S: int = 8192,
-             D: int = 128) -> Case:
+def gqa_case(spec: Spec, log: list[str]) -> Case:
+    B, HKV, G, S, D = (spec.shape[k] for k in ("B", "HKV", "G", "S", "D"))
+    HQ = HKV * G
     dt = torch.float16
     kv_bytes = 2.0 * B * HKV * S * D * dt.itemsize
     case = Case(f"gqa decode f16 B{B} Hq{HQ} Hkv{HKV} S{S} D{D}", "gqa", 4.0 * B * HQ * S * D,
@@ -260,7 +426,7 @@ def gqa_case(log: list[str], B: int = 32, HQ: int = 32, HKV: int = 8, S: int = 8
     sets = [(torch.randn(B, HQ, D, device="cuda", dtype=dt),
              torch.randn(B, HKV, S, D, device="cuda", dtype=dt),
              torch.randn(B, HKV, S, D, device="cuda", dtype=dt)) for _ in range(3)]
-    g = HQ // HKV
+    g = G
 
     def ref(i: int) -> torch.Tensor:
         q, k, v = sets[i]
@@ -273,6 +439,8 @@ def gqa_case(log: list[str], B: int = 32, HQ: int = 32, HKV: int = 8, S: int = 8
     case.check = lambda out, i: rel_err(out[:4], refs[i])
     case.tol = TOL[dt]
     kern = EXAMPLES["gqa_decode"].kernel
+    _plain_call(case, spec, lambda i, o: [*sets[i], o],
+                torch.empty(B, HQ, D, device="cuda", dtype=dt), log)
     for bn, warps, stages in ((64, 4, 3), (128, 4, 3), (128, 8, 4), (256, 8, 3)):
         out = torch.empty(B, HQ, D, device="cuda", dtype=dt)
         plan = CudaPlan(num_warps=warps, num_stages=stages)
@@ -301,24 +469,12 @@ def gqa_case(log: list[str], B: int = 32, HQ: int = 32, HKV: int = 8, S: int = 8
     return case
 
 
-BUILDERS: dict[str, Callable[[list[str]], list[Case]]] = {
-    "gemm": lambda log: [gemm_case(d, n, n, n, False, log) for d in ("f16", "bf16")
-                         for n in (4096, 8192)]
-    + [gemm_case("f16", 4095, 4097, 4093, False, log), gemm_case("f32", 4096, 4096, 4096,
-                                                                   False, log),
-       gemm_case("f32", 4096, 4096, 4096, True, log)],
-    "gemm-ragged": lambda log: [gemm_case("f16", 4095, 4097, 4093, False, log),
-                                gemm_case("f32", 4096, 4096, 4096, False, log),
-                                gemm_case("f32", 4096, 4096, 4096, True, log)],
-    "softmax": lambda log: [_rows_case("softmax", "f32", 8192, 8192, log),
-                            _rows_case("softmax", "f16", 16384, 4096, log)],
-    "layernorm": lambda log: [_rows_case("layernorm", "f32", 8192, 8192, log),
-                              _rows_case("layernorm", "f16", 16384, 4096, log)],
-    "rmsnorm": lambda log: [_rows_case("rmsnorm", "f32", 8192, 8192, log),
-                            _rows_case("rmsnorm", "f16", 16384, 4096, log)],
-    "attention": lambda log: [attention_case(False, log), attention_case(True, log)],
-    "gqa": lambda log: [gqa_case(log)],
+BUILDERS: dict[str, Callable[[Spec, list[str]], Case]] = {
+    "gemm": gemm_case, "softmax": rows_case, "layernorm": rows_case, "rmsnorm": rows_case,
+    "cross_entropy": cross_entropy_case, "attention": attention_case, "gqa": gqa_case,
 }
+# Cases whose time is spread over 3 input sets (the memory-bound ones), else 2.
+_THREE_SETS = ("softmax", "layernorm", "rmsnorm", "gqa", "cross_entropy")
 
 
 def run_case(case: Case, timer: Timer, log: list[str]) -> list[dict[str, Any]]:
@@ -336,7 +492,7 @@ def run_case(case: Case, timer: Timer, log: list[str]) -> list[dict[str, Any]]:
                 rows.append(row)
                 print(f"  {name:40s} FAILED CHECK {row['rel_error']:.3g}", flush=True)
                 continue
-            sets = 3 if case.family in ("softmax", "layernorm", "rmsnorm", "gqa") else 2
+            sets = 3 if case.family in _THREE_SETS else 2
             row.update(timer.device_ms(call, sets))
             row["batch_ms"] = timer.batch_ms(call, sets, 20)
             ms = row["median_ms"]
@@ -365,32 +521,71 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _selected(only: str | None) -> list[Spec]:
+    if only is None:
+        return all_specs()
+    unknown = [f for f in only.split(",") if f not in SPECS]
+    if unknown:
+        raise SystemExit(f"unknown families {unknown}; choose from {', '.join(SPECS)}")
+    chosen = {describe(s): s for f in only.split(",") for s in SPECS[f]}
+    return list(chosen.values())
+
+
+def plan_all(specs: list[Spec]) -> list[dict[str, Any]]:
+    """`--plan-only`: plan every case's plain call and print one line each."""
+    rows = []
+    for spec in specs:
+        row = plan_only(spec)
+        rows.append(row)
+        got = row.get("error") or (f"{row['constants']} planning {row['planning_status']}, "
+                                   f"tunables {row['tunable_status']}")
+        print(f"{row['case']:48s} {row['seconds']:7.2f} s  {got}", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
-    p.add_argument("--only", default=",".join(BUILDERS))
+    p.add_argument("--only", default=None,
+                   help=f"comma-separated families of {', '.join(SPECS)} (default: all but "
+                        f"the subsets {', '.join(SUBSETS)})")
     p.add_argument("--budget-s", type=float, default=420.0)
+    p.add_argument("--list", action="store_true", help="print the cases and exit")
+    p.add_argument("--plan-only", action="store_true",
+                   help="plan every case's plain call (no GPU needed, nothing launched)")
     a = p.parse_args(argv)
+    specs = _selected(a.only)
+    if a.list:
+        for spec in specs:
+            print(describe(spec))
+        return 0
+    if a.plan_only:
+        rows = plan_all(specs)
+        return 1 if any("error" in r for r in rows) else 0
+    from benchmarks.cuda_timing import Timer
+
     start = time.time()
     os.makedirs(a.out, exist_ok=True)
     timer = Timer()
     log: list[str] = []
     rows: list[dict[str, Any]] = []
-    for family in a.only.split(","):
-        for case in BUILDERS[family](log):
-            if time.time() - start > a.budget_s:
-                log.append(f"skipped {case.name}: time budget")
-                continue
-            print(f"== {case.name}", flush=True)
-            rows += run_case(case, timer, log)
-            torch.cuda.empty_cache()
+    for spec in specs:
+        if time.time() - start > a.budget_s:
+            log.append(f"skipped {describe(spec)}: time budget")
+            continue
+        case = BUILDERS[spec.family](spec, log)
+        print(f"== {case.name}", flush=True)
+        rows += run_case(case, timer, log)
+        del case
+        torch.cuda.empty_cache()
     import triton
 
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": triton.__version__, "python": platform.python_version(),
             "elapsed_s": time.time() - start, "log": log}
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    tag = a.only.replace(",", "-") if a.only != ",".join(BUILDERS) else "all"
+    tag = a.only.replace(",", "-") if a.only else "all"
     with open(os.path.join(a.out, f"cuda-{tag}-{stamp}.json"), "w") as fh:
         json.dump({"meta": meta, "rows": rows}, fh, indent=1, default=str)
     with open(os.path.join(a.out, f"cuda-{tag}-{stamp}.md"), "w") as fh:

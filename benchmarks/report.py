@@ -27,7 +27,8 @@ def _config(entry: dict[str, Any]) -> str:
 def case_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Header and rows: medians (ms), speedups t_baseline / t_tilenest, rates."""
     names = [b for b in BASELINE_ORDER if any(b in c["contenders"] for c in doc["cases"])]
-    header = ["case", "tilenest config", "tilenest ms", *(f"{b} ms" for b in names),
+    header = ["case", "tilenest config (picked)", "tilenest ms", "best fixed (sweep)",
+              "regret", *(f"{b} ms" for b in names),
               *(f"x {b}" for b in names), "tilenest rate", "best baseline rate", "% copy",
               "other load"]
     rows = []
@@ -39,8 +40,12 @@ def case_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         others = [(v["rate"], k) for k, v in cs.items() if k != "tilenest" and "rate" in v]
         best = max(others) if others else None
         frac = case.get("roofline_fraction")
+        regret = mine.get("regret")
         rows.append([
-            case["label"], _config(mine), _ms(mine), *(_ms(cs.get(b)) for b in names), *speed,
+            case["label"], _config(mine), _ms(mine),
+            _config({"config": mine["sweep_best"]}) if mine.get("sweep_best") else "-",
+            f"{100 * regret:+.0f}%" if regret is not None else "-",
+            *(_ms(cs.get(b)) for b in names), *speed,
             f"{mine['rate']:.1f} {unit}" if "rate" in mine else "-",
             f"{best[0]:.1f} {unit} ({best[1]})" if best else "-",
             f"{100 * frac:.0f}%" if frac is not None else "-",
@@ -118,7 +123,11 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{' (dirty)' if m['git_dirty'] else ''}.",
         "",
         "Median wall time per call (f32, warm, inputs rotated over preallocated sets larger "
-        "than the LLC, outputs preallocated); `x B` is the speedup t_B / t_tilenest (> 1: "
+        "than the LLC, outputs preallocated). tilenest is called as a user calls it, with "
+        "no tile constants: the config column is what the planner picked "
+        "(`compiled.constants`); `best fixed` is the fastest of the case's fixed-constant "
+        "variants, timed interleaved with the plain call, and `regret` the plain call's "
+        "time over that variant's, minus one. `x B` is the speedup t_B / t_tilenest (> 1: "
         "tilenest is faster). Rates are compulsory bytes (inputs + output) or 2MNK flops per "
         "second; `% copy` is tilenest's GB/s over the best copy (`copy` row) bandwidth, the "
         "memory roofline. `other load`: share of the machine's CPU time used by other "
