@@ -1,13 +1,25 @@
-"""Summarize H200 benchmark markdown tables: best tilenest config per case vs each baseline.
+"""Summarize H200 benchmark markdown tables: per case, the plain call (no tile constants: the
+planner's pick) and the best fixed-constant tilenest row against the best baseline.
 
 Usage: python -m benchmarks.cuda_summary benchmarks/results/device/cuda-*.md
-Later files override earlier ones for the same case.
+Later files override earlier ones for the same case. Ratios are baseline ms / tilenest ms
+(> 1: tilenest is faster); `copy` rows (the bandwidth ceiling) are not baselines.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+
+PLAIN = "tilenest plain call"
+
+
+def family(contender: str) -> str:
+    if contender.startswith(PLAIN):
+        return PLAIN
+    if contender.startswith("tilenest"):
+        return "tilenest"
+    return "hand-triton" if contender.startswith("hand-triton") else contender
 
 
 def parse(paths: list[str]) -> dict[str, dict[str, tuple[float, str]]]:
@@ -22,26 +34,38 @@ def parse(paths: list[str]) -> dict[str, dict[str, tuple[float, str]]]:
             if case not in seen:
                 cases[case] = {}
                 seen.add(case)
-            family = "tilenest" if contender.startswith("tilenest") else \
-                "hand-triton" if contender.startswith("hand-triton") else contender
-            best = cases[case].get(family)
+            fam = family(contender)
+            best = cases[case].get(fam)
             if best is None or ms < best[0]:
-                cases[case][family] = (ms, contender)
+                cases[case][fam] = (ms, contender)
     return cases
 
 
 def table(cases: dict[str, dict[str, tuple[float, str]]]) -> str:
-    lines = ["| case | tilenest ms (config) | best baseline | baseline ms | ratio |",
-             "|---|---|---|---|---|"]
+    lines = ["| case | plain call ms (picked) | best fixed tilenest ms (config) | best baseline "
+             "| baseline ms | plain ratio | fixed ratio |",
+             "|---|---|---|---|---|---|---|"]
     for case, fams in cases.items():
-        mine = fams.get("tilenest")
-        others = {k: v for k, v in fams.items() if k != "tilenest" and not k.startswith("copy")}
-        if mine is None or not others:
+        plain, fixed = fams.get(PLAIN), fams.get("tilenest")
+        others = {k: v for k, v in fams.items()
+                  if k not in (PLAIN, "tilenest") and not k.startswith("copy")}
+        if (plain is None and fixed is None) or not others:
             continue
         name, (ms, _) = min(others.items(), key=lambda kv: kv[1][0])
-        config = mine[1].removeprefix("tilenest ").strip()
-        lines.append(f"| {case} | {mine[0]:.4g} ({config}) | {name} | {ms:.4g} | "
-                     f"{ms / mine[0]:.2f} |")
+
+        def cell(entry: tuple[float, str] | None, prefix: str) -> str:
+            if entry is None:
+                return "-"
+            config = entry[1].removeprefix(prefix).strip()
+            if config.startswith("(") and config.endswith(")"):
+                config = config[1:-1]
+            return f"{entry[0]:.4g} ({config})"
+
+        def ratio(entry: tuple[float, str] | None, base: float = ms) -> str:
+            return f"{base / entry[0]:.2f}" if entry else "-"
+
+        lines.append(f"| {case} | {cell(plain, PLAIN)} | {cell(fixed, 'tilenest')} | {name} | "
+                     f"{ms:.4g} | {ratio(plain)} | {ratio(fixed)} |")
     return "\n".join(lines)
 
 
