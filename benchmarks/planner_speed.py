@@ -13,6 +13,7 @@ cuda line plans for the static H200 description when the cuda backend imports he
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -29,8 +30,9 @@ REPEATS = 5
 GEMM_SHAPE = (256, 256, 256)
 
 
-def _gemm_planning(target: str) -> tuple[list[float], object]:
-    """Cold planning times (ms) of the seed GEMM's tunable search on `target`."""
+def _gemm_planning(target: str) -> tuple[list[float], list[float], object]:
+    """Cold planning times (wall ms, process CPU ms) of the seed GEMM's tunable search on
+    `target` (CPU time is what a shared, loaded machine distorts least)."""
     import numpy as np
     from examples.gemm import gemm
 
@@ -41,14 +43,15 @@ def _gemm_planning(target: str) -> tuple[list[float], object]:
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     c = np.zeros((m, n), np.float32)
-    times, search = [], None
+    times, cpu, search = [], [], None
     for _ in range(REPEATS):
         fresh = tn.kernel(gemm.fn)  # a new Kernel: nothing captured, nothing planned
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         tensors, consts, key = fresh._bind((a, b, c), {})
         search, _best = fresh._search(tensors, key, consts, target, {})
         times.append((time.perf_counter() - start) * 1e3)
-    return times, search
+        cpu.append((time.process_time() - start_cpu) * 1e3)
+    return times, cpu, search
 
 
 def gemm_lines() -> None:
@@ -61,10 +64,12 @@ def gemm_lines() -> None:
     except ImportError as e:
         print(f"planner_speed gemm target=cuda skipped: {e}")
     for target in targets:
-        times, search = _gemm_planning(target)
+        times, cpu, search = _gemm_planning(target)
         assert search is not None
         print(f"planner_speed gemm{'x'.join(map(str, GEMM_SHAPE))} target={target:<4} "
               f"first={times[0]:7.1f} ms median={statistics.median(times[1:]):7.1f} ms "
+              f"(cpu time: first {cpu[0]:.1f} ms, median {statistics.median(cpu[1:]):.1f} ms;"
+              f" load average {os.getloadavg()[0]:.1f}) "
               f"assignments={search.space_size} planned_in_full="
               f"{sum(1 for o in search.outcomes if o.admitted)} status={search.status} "
               f"selected={search.selected}")

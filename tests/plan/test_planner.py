@@ -18,6 +18,7 @@ from tilenest.backends.cpu.plan import CpuPlan
 from tilenest.backends.cpu.target import (
     CpuCostPolicy,
     CpuTargetInfo,
+    SeedCostPolicy,
     home_chunks,
     packet_width,
     plan_cpu,
@@ -117,10 +118,15 @@ def test_cost_terms_follow_the_seed_formula() -> None:
     result, _ = plan_cpu(_fn(scale2d, x, y), {})
     for s in result.candidates:
         terms = dict(s.cost.terms)
-        assert set(terms) == {"arithmetic", "memory", "dispatch", "imbalance", "task",
-                              "activation"}
+        assert set(terms) == {"arithmetic", "memory", "register", "cache", "dispatch",
+                              "imbalance", "task", "activation"}
         assert math.isclose(sum(terms.values()), s.cost.total)
         assert terms["task"] == 0 and terms["activation"] == 0  # seed default weights
+        assert terms["register"] == 0  # no mma: no operand traffic to price
+    seed = plan(_fn(scale2d, x, y), _info(), PlannerOptions(cost_policy=SeedCostPolicy()))
+    for s in seed.candidates:
+        assert {n for n, _ in s.cost.terms} == {"arithmetic", "memory", "dispatch",
+                                                "imbalance", "task", "activation"}
 
 
 @pytest.mark.parametrize("packets,blocks,grain,workers,ppb", [

@@ -12,8 +12,11 @@ multiplied in. Access classes come from an address-slope analysis of load/store 
   packet vectorizes): 1 contiguous, 0 or extent 1 broadcast, else gathered.
 
 An innermost extent not divisible by the packet width conservatively doubles that access's
-memory work (seed 004 §4). These are relative-work features for a cost prior, not proven
-facts: codegen never consumes them.
+memory work (seed 004 §4). Tile shapes are recorded too, for the cost models that price them:
+the working set of one program (the bytes of its loaded tiles and of the tiles its loops and
+reductions carry; per packet under program-per-lane) and every `mma`'s (M, N, K) with its
+repetition. These are relative-work features for a cost prior, not proven facts: codegen
+never consumes them.
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ class PhaseWork:
     indexed_reads: float
     mma: float
     loop_repetition: int
+    # Bytes of the tiles one packet holds (loads, carried and accumulated tiles), and each
+    # `mma` as (M, N, K, repetition): the tile shapes that cost models price.
+    tile_bytes: float = 0.0
+    mma_tiles: tuple[tuple[int, int, int, float], ...] = ()
 
     def memory_counts(self) -> dict[str, float]:
         return {"broadcast": self.broadcast, "contiguous": self.contiguous,
@@ -68,6 +75,8 @@ class _Counter:
         self.arith = self.bcast = self.contig = self.gather = 0.0
         self.snap = self.indexed = self.mma = 0.0
         self.max_rep = 1
+        self.tile_bytes = 0.0
+        self.mma_tiles: list[tuple[int, int, int, float]] = []
         self.dense = False  # inside a regroupable reduction vectorized along its domain
 
     def vec(self, shape: tuple[int, ...]) -> float:
@@ -187,13 +196,16 @@ def _walk(ops: list[Op], rep: int, c: _Counter, slopes: _Slopes, inner_axis: int
             c.access(region, slope, inner_stride, rep)
             if name == "load":
                 c.snap += c.vec(t.shape) * rep
+                c.tile_bytes += t.size * t.dtype.itemsize
         elif name == "mma":
             a, b, acc = (v.type for v in op.operands)
             assert isinstance(a, TileType) and isinstance(b, TileType)
             assert isinstance(acc, TileType)
-            _, _, _, ks = mma_roles(a, b, acc)
+            _, ms, ns, ks = mma_roles(a, b, acc)
             k = prod(a.extent_of(d) for d in ks)
             madds = acc.size * k * rep
+            c.mma_tiles.append((prod(acc.extent_of(d) for d in ms),
+                                prod(acc.extent_of(d) for d in ns), k, float(rep)))
             c.mma += madds
             c.arith += 2 * c.vec(acc.shape) * k * rep
         elif name in ("extract", "take"):
@@ -208,6 +220,8 @@ def _walk(ops: list[Op], rep: int, c: _Counter, slopes: _Slopes, inner_axis: int
                 c.arith += c.vec(t.shape) * scalar * rep
                 continue
             c.max_rep = max(c.max_rep, inner)
+            c.tile_bytes += sum(r.type.size * r.type.dtype.itemsize for r in op.results
+                                if isinstance(r.type, TileType))
             if (name == "reduce" and op.attrs.get("order") == "unordered_tree"
                     and c.kind == PACKET_LOCAL and not c.dense):
                 # Closed unordered reductions are realized with dense vector partials
@@ -240,8 +254,9 @@ def extract_work(fn: Function, root_axis_order: tuple[int, ...] | None, distribu
         c = _Counter(distribution, packet_width, extents[inner_axis] if extents else 1)
         _walk(op.body.ops, 1, c, _Slopes(op), inner_axis)
         packets = -(-programs // packet_width) if per_lane else programs
+        lanes = packet_width if per_lane else 1
         phases.append(PhaseWork(str(op.loc) if op.loc else "parallel", programs, packets,
                                 c.arith, c.bcast, c.contig, c.gather, c.snap, c.indexed,
-                                c.mma, c.max_rep))
+                                c.mma, c.max_rep, c.tile_bytes * lanes, tuple(c.mma_tiles)))
     return ExecutionWork(tuple(phases), packet_width, distribution,
                          tuple(root_axis_order or ()))

@@ -442,16 +442,18 @@ class Kernel:
                 got = self._plans[pkey] = _Planned(fn, plan_one(fn, options))
             return got
 
-        def bound(assignment: dict[str, Any]) -> _Planned:
-            """A bound-only planner run (the branch and bound's first pass)."""
-            resolved = {**plain, **assignment}
-            got = self._plans.get(((key[0], _consts_key(resolved)), tgt, optkey))
-            if got is not None:
-                return got
-            fn = self._function(tensors, key[0], resolved)
-            return _Planned(fn, plan_one(fn, {**options, BOUND_ONLY: True}))
+        def bound(level: int) -> Callable[[dict[str, Any]], _Planned]:
+            """A bound-only planner run at `level` (the branch and bound's tiers)."""
+            def run(assignment: dict[str, Any]) -> _Planned:
+                resolved = {**plain, **assignment}
+                got = self._plans.get(((key[0], _consts_key(resolved)), tgt, optkey))
+                if got is not None:
+                    return got
+                fn = self._function(tensors, key[0], resolved)
+                return _Planned(fn, plan_one(fn, {**options, BOUND_ONLY: level}))
+            return run
 
-        return search_tunables(declared, fixed, evaluate, bound=bound)
+        return search_tunables(declared, fixed, evaluate, bounds=(bound(1), bound(2)))
 
     @staticmethod
     def _options(kwargs: dict[str, Any]) -> dict[str, Any]:

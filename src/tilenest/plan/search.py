@@ -14,9 +14,12 @@ A target whose resource analysis is expensive (the CPU emits a module to measure
 `defer_resources`: an exhaustive search then admits by geometry and scores first, and runs
 the resource analysis only on the geometry-admitted candidates, once the enumeration is
 done (same verdicts, same ranking; the analysis is per distribution, so most candidates
-share one). A `bound_only` run (the tunable search's first pass) stops before that step and
-reports the geometry-admitted minimum as its exact lower bound (status `bounded`): resource
-rejections can only remove candidates, so no admitted plan of that program costs less.
+share one). A bound-only run (the tunable search's branch and bound) reports a lower bound
+on every admitted candidate's total instead of a selection (status `bounded`): at level 1
+the cost policy's own `lower_bound` over each (root order, distribution) group, when the
+policy has one (method `policy-bound`; no candidate is admitted); at level 2, or without
+one, the geometry-admitted minimum of the whole enumeration, before the resource step
+(resource rejections can only remove candidates, so no admitted plan costs less).
 """
 
 from __future__ import annotations
@@ -65,9 +68,9 @@ class PlannerOptions:
     strategy: str = "auto"  # "auto" | "exhaustive" | "beam" | "anneal" | "pareto" | "cpsat"
     seed: int | None = None  # the heuristics' seed (None: 0); same seed, same plan
     beam_width: int = 8      # beam width; also the Pareto front kept per interface
-    # Internal (the tunable search): when the declared space is enumerated exactly, return
-    # only its lower bound (status `bounded`) without the deferred resource analysis.
-    bound_only: bool = False
+    # Internal (the tunable search): 1 = the cheapest real lower bound (the policy's, else
+    # the enumeration's), 2 = the enumeration's (geometry-admitted minimum); status `bounded`.
+    bound_only: int = 0
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class ScoredCandidate:
 @dataclass
 class PlanningResult:
     # "exact" | "feasible-under-budget" | "no-candidate" | "infeasible"; "bounded" only for
-    # an internal `bound_only` run (nothing selected, `lower_bound` exact).
+    # an internal bound-only run (nothing selected; `lower_bound` a real bound).
     status: str
     selected: ScoredCandidate | None
     finalists: list[ScoredCandidate]
@@ -137,6 +140,7 @@ class _Admitter:
         self.work: dict[tuple, ExecutionWork] = {}
         self.rank = root_rank(fn)
         self.region = str(root_parallels(fn)[0].loc) if root_parallels(fn) else fn.name
+        self.packet_width = info.target().packet_width
 
     def _reject(self, c: Candidate, cat: RejectionCategory, constraint: str, reason: str,
                 region: str = "", demand: ExecutionResources | None = None,
@@ -204,14 +208,19 @@ class _Admitter:
         got = self._demand(c)
         return got if isinstance(got, Rejection) else got[0]
 
-    def score(self, c: Candidate) -> CostBreakdown:
+    def work_of(self, c: Candidate) -> ScheduledWork:
+        """The candidate's extracted work (shared per root order and distribution) and its
+        scheduling quantities."""
         key = (c.binding.root_axis_order, c.distribution)
         work = self.work.get(key)
         if work is None:
             work = extract_work(self.fn, c.binding.root_axis_order, c.distribution.kind.value,
-                                self.info.target().packet_width)
+                                self.packet_width)
             self.work[key] = work
-        sched = ScheduledWork(work, tuple(self.info.schedule(c, work)))
+        return ScheduledWork(work, tuple(self.info.schedule(c, work)))
+
+    def score(self, c: Candidate) -> CostBreakdown:
+        sched = self.work_of(c)
         return checked_breakdown(self.policy.evaluate(c, sched), type(self.policy).__name__)
 
 
@@ -249,7 +258,7 @@ def planner_options(options: dict[str, Any], constraints: Constraints) -> Planne
     return PlannerOptions(constraints=constraints, cost_policy=options.get("cost_policy"),
                           budget=budget, seed=options.get("seed"),
                           strategy=options.get("strategy", "auto"),
-                          bound_only=bool(options.get(BOUND_ONLY, False)))
+                          bound_only=int(options.get(BOUND_ONLY, 0)))
 
 
 def _status(ev: Evaluator, scored: list[ScoredCandidate]) -> str:
@@ -287,13 +296,21 @@ def plan(fn: Function, info: TargetInfo, options: PlannerOptions | None = None
     assert run is not None
     # The seed asked for is recorded; a seeded heuristic without one uses (and reports) 0.
     seed = opts.seed if opts.seed is not None else 0 if method in SEEDED else None
+    common = dict(space_size=space.size, target=info.target(), policy=type(policy).__name__,
+                  coefficients=coefficients, constraints=opts.constraints,
+                  strategy=opts.strategy, seed=seed)
+    if opts.bound_only == 1:
+        lower = _policy_bound(fn, info, space, policy, opts.constraints)
+        if lower is not None:
+            return PlanningResult(status="bounded", selected=None, finalists=[],
+                                  candidates=[], rejected=[], evaluations=0,
+                                  lower_bound=lower, explored=0, method="policy-bound",
+                                  elapsed_ms=(time.perf_counter() - start) * 1e3, **common)
+    common["method"] = method
     defer = method == "exhaustive" and bool(getattr(info, "defer_resources", False))
     ev = Evaluator(space, _Admitter(fn, info, opts.constraints, policy), opts.budget,
                    defer_resources=defer)
     run(ev, random.Random(seed or 0), replace(opts, seed=seed or 0))
-    common = dict(space_size=space.size, target=info.target(), policy=type(policy).__name__,
-                  coefficients=coefficients, constraints=opts.constraints,
-                  strategy=opts.strategy, seed=seed, method=method)
     if opts.bound_only and method == "exhaustive" and ev.complete and ev.best is not None:
         # Every candidate was admitted by geometry or rejected; the resource step can only
         # remove candidates, so the geometry-admitted minimum bounds this program below.
@@ -316,6 +333,35 @@ def plan(fn: Function, info: TargetInfo, options: PlannerOptions | None = None
         evaluations=len(scored),
         lower_bound=scored[0].cost.total if status == "exact" else None,
         elapsed_ms=(time.perf_counter() - start) * 1e3, explored=ev.explored, **common)
+
+
+def _policy_bound(fn: Function, info: TargetInfo, space: Space, policy: CostPolicy,
+                  cons: Constraints) -> float | None:
+    """The policy's lower bound over the space, from one representative per (root order,
+    distribution) group, or None when the policy or the target cannot give one.
+
+    A policy's `lower_bound(candidate, work, workers)` must not exceed `evaluate` of any
+    candidate that differs from `candidate` only in block size, task grain and traversal
+    (the choices that leave the extracted work unchanged), with any number of workers up to
+    `workers`. A target with expansions (GPU) is not bounded this way."""
+    bound = getattr(policy, "lower_bound", None)
+    workers = info.target().workers
+    if bound is None or workers is None or space.exp_off is not None or space.size == 0:
+        return None
+    admitter = _Admitter(fn, info, cons, policy)
+    complete = getattr(info, "complete", None)
+    lowest: float | None = None
+    for o in range(len(space.orders)):
+        for d in range(len(space.dists)):
+            if not space.blocks[d] or not space.grains[d][0]:
+                continue
+            c = space.candidate(space.index((o, d, 0, 0, 0, 0)))
+            if complete is not None:
+                c = complete(fn, c)
+            work = admitter.work_of(c)
+            value = float(bound(c, work, workers))
+            lowest = value if lowest is None else min(lowest, value)
+    return lowest
 
 
 def require_selection(result: PlanningResult, fn_name: str) -> ScoredCandidate:

@@ -11,19 +11,21 @@ Small assignment spaces are enumerated (status `exact` when every planner run wa
 larger ones are searched by coordinate descent from the declared defaults within the budget
 (status `feasible-under-budget`).
 
-Enumeration is a branch and bound when the target can bound a program cheaply (`bound`):
-every assignment is captured and bounded first (the planner's exact geometry-admitted
-minimum, status `bounded`), then planned in order of its bound; an assignment whose bound
-cannot beat the incumbent (a larger rounded total, or an equal one later in declaration
-order, which loses the tie) is `dominated` and never planned in full. Its exclusion is a
-proof under the cost model, so the search stays `exact`.
+Enumeration is a best-first branch and bound when the target can bound a program (`bounds`,
+cheapest first): every assignment is captured and bounded (the cost policy's own lower bound
+where it has one), then the assignment of least bound is tightened (the planner's exact
+geometry-admitted minimum, before resource analysis) or, once tight, planned in full; an
+assignment whose bound cannot beat the incumbent (a larger rounded total, or an equal one
+later in declaration order, which loses the tie) is `dominated` and never planned in full.
+Its exclusion is a proof under the cost model, so the search stays `exact`.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,14 +153,15 @@ def _key(total: float, position: int) -> tuple[float, int]:
 
 def search_tunables(declared: Mapping[str, tuple[Any, ...]], fixed: Mapping[str, Any],
                     evaluate: Evaluate, budget: int = ASSIGNMENT_BUDGET,
-                    bound: Evaluate | None = None) -> tuple[TunableSearch, Any]:
+                    bounds: Sequence[Evaluate] = ()) -> tuple[TunableSearch, Any]:
     """Plan every assignment of the unfixed tunables (or a budgeted descent over them) and
     return the search record and the winning assignment's payload (None when none plans).
 
     `evaluate(assignment)` captures and plans one assignment of all tunables; it returns an
-    object with `.result` (a `PlanningResult`) or raises a `TileError`. `bound(assignment)`,
-    when given, does the same as a bound-only run: its result has status `bounded` and an
-    exact `lower_bound`, or is a complete planner result (a space it could not bound)."""
+    object with `.result` (a `PlanningResult`) or raises a `TileError`. `bounds`, cheapest
+    first, do the same as bound-only runs: a result of status `bounded` with a real
+    `lower_bound` on every admitted plan of that assignment (method `policy-bound`, or an
+    enumeration's minimum, which ends the tightening), or a final planner result."""
     start = time.perf_counter()
     free = [n for n in declared if n not in fixed]
     names = tuple(declared)
@@ -176,10 +179,10 @@ def search_tunables(declared: Mapping[str, tuple[Any, ...]], fixed: Mapping[str,
         return outcomes[key]
 
     best: tuple[AssignmentOutcome, Any] | None = None
-    if space <= budget and bound is not None:
+    if space <= budget and bounds:
         combos = [dict(zip(free, c, strict=True))
                   for c in itertools.product(*(declared[n] for n in free))]
-        best = _branch_and_bound(combos, names, fixed, evaluate, bound, outcomes)
+        best = _branch_and_bound(combos, names, fixed, evaluate, bounds, outcomes)
         complete = True
     elif space <= budget:
         for combo in itertools.product(*(declared[n] for n in free)):
@@ -217,38 +220,53 @@ def search_tunables(declared: Mapping[str, tuple[Any, ...]], fixed: Mapping[str,
 
 
 def _branch_and_bound(combos: list[dict[str, Any]], names: tuple[str, ...],
-                      fixed: Mapping[str, Any], evaluate: Evaluate, bound: Evaluate,
+                      fixed: Mapping[str, Any], evaluate: Evaluate,
+                      bounds: Sequence[Evaluate],
                       outcomes: dict[tuple, tuple[AssignmentOutcome, Any]]
                       ) -> tuple[AssignmentOutcome, Any] | None:
-    """Bound every assignment, then plan them in bound order until no bound can beat the
-    incumbent; `outcomes` receives every assignment in declaration order."""
+    """Best first: bound every assignment with the cheapest bound, then repeatedly take the
+    assignment of least bound and tighten it (the next bound) or, past the last bound, plan
+    it in full, until the least bound cannot beat the incumbent; `outcomes` receives every
+    assignment in declaration order."""
     fulls = [{n: fixed[n] if n in fixed else c[n] for n in names} for c in combos]
-    bounds: list[tuple[tuple[float, int], float]] = []
+    heap: list[tuple[tuple[float, int], int, float]] = []
     best: tuple[AssignmentOutcome, Any] | None = None
     best_key: tuple[float, int] | None = None
-    for i, full in enumerate(fulls):
-        payload = _call(full, bound)
-        result = getattr(payload, "result", None)
-        if result is not None and result.status == BOUNDED:
-            lower = result.lower_bound
-            outcomes[tuple(full.items())] = (AssignmentOutcome(
-                tuple(full.items()), status=BOUNDED, bound=lower), None)
-            bounds.append((_key(lower, i), lower))
-            continue
-        got = _judge(full, payload)  # final: a rejection, or a space it could not bound
-        outcomes[tuple(full.items())] = got
-        if got[0].admitted and (best_key is None or _key(got[0].total or 0.0, i) < best_key):
-            best, best_key = got, _key(got[0].total or 0.0, i)
-    for key, lower in sorted(bounds):
-        full = fulls[key[1]]
-        if best_key is not None and key > best_key:
-            outcomes[tuple(full.items())] = (AssignmentOutcome(
-                tuple(full.items()), status=DOMINATED, bound=lower), None)
-            continue
-        got = _outcome(full, evaluate)
-        outcomes[tuple(full.items())] = got
+
+    def settle(i: int, got: tuple[AssignmentOutcome, Any]) -> None:
+        nonlocal best, best_key
+        outcomes[tuple(fulls[i].items())] = got
         if got[0].admitted:
-            k = _key(got[0].total or 0.0, key[1])
+            k = _key(got[0].total or 0.0, i)
             if best_key is None or k < best_key:
                 best, best_key = got, k
+
+    def tighten(i: int, tier: int, floor: float | None) -> None:
+        """Run bound `tier` on assignment i: queue its bound, or settle a final result."""
+        full = fulls[i]
+        payload = _call(full, bounds[tier])
+        result = getattr(payload, "result", None)
+        if result is None or result.status != BOUNDED or result.lower_bound is None:
+            settle(i, _judge(full, payload))
+            return
+        lower = result.lower_bound if floor is None else max(floor, result.lower_bound)
+        outcomes[tuple(full.items())] = (AssignmentOutcome(
+            tuple(full.items()), status=BOUNDED, bound=lower), None)
+        # An enumeration bound is the tightest before planning in full: skip later tiers.
+        last = tier if result.method == "policy-bound" else len(bounds) - 1
+        heapq.heappush(heap, (_key(lower, i), last, lower))
+
+    for i in range(len(fulls)):
+        tighten(i, 0, None)
+    while heap:
+        key, tier, lower = heapq.heappop(heap)
+        i = key[1]
+        if best_key is not None and key > best_key:
+            outcomes[tuple(fulls[i].items())] = (AssignmentOutcome(
+                tuple(fulls[i].items()), status=DOMINATED, bound=lower), None)
+            continue
+        if tier + 1 < len(bounds):
+            tighten(i, tier + 1, lower)
+        else:
+            settle(i, _outcome(fulls[i], evaluate))
     return best

@@ -1,35 +1,235 @@
 """The CPU cost model: relative work of an admitted candidate (uncalibrated, not time).
 
-The seed-004 analytic prior, term for term; `CpuTargetInfo.cost_policy` returns it.
+The seed-004 analytic prior (arithmetic, memory, dispatch, imbalance, task, activation),
+extended with the terms that price tile shapes (issue 9):
+
+- `register`: the operand traffic of each `mma` under its atom. The register-blocked
+  microkernel packs B into panels and A into rows, and holds an MR x (V*W) block of the
+  output in vector registers over the tile's whole K: per k step it loads V vectors of B and
+  broadcasts MR scalars of A, and per call it loads and stores its block once (so a short K
+  pays the reload and the packing more often; a block with few rows or a narrow tile pays
+  its B loads over fewer products). A block that does not fit the vector registers (MR*V
+  accumulators + V operands + a broadcast, + 2 temporaries without FMA, > 16 on AVX2, 32 on
+  AVX-512) spills: every accumulator update goes through memory. The ordered atom loads and
+  stores the output vector at every (m, k).
+- `cache`: the bytes a packet moves (tile re-reads of `mma`: B once per row block, A once
+  per column block, the accumulator twice per call; every other access once), priced by the
+  share of the program's working set (its loaded, carried and accumulated tiles) that
+  misses L1 (served by L2) and L2 (served by L3).
+- `dispatch` also charges a fixed overhead per packet (program prologue, tile addressing),
+  so tiny tiles pay for their count; `imbalance` charges the critical path's excess at the
+  full per-packet cost, cache and register terms included.
+
+Every coefficient is finite and non-negative. The result is relative work, uncalibrated:
+it ranks candidates, it does not predict time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
 
 from tilenest.errors import ArgumentError
 from tilenest.plan.cost import CostBreakdown, CostPolicy
 from tilenest.plan.records import Candidate
 from tilenest.plan.target import ScheduledWork
 
-# Seed 004 §4 default weights of the relative-work prior.
+# Seed 004 §4 default weights of the relative-work prior, then the tile-shape terms (per
+# vector load/store of an mma operand, per 64-byte line served by L2 / L3, per packet).
 SEED_WEIGHTS: dict[str, float] = {"arithmetic": 1.0, "broadcast": 1.0, "contiguous": 2.0,
                                   "gathered": 2.0, "block": 128.0, "task": 0.0,
                                   "activation": 0.0}
-TERMS = ("arithmetic", "memory", "dispatch", "imbalance", "task", "activation")
+SHAPE_WEIGHTS: dict[str, float] = {"register": 1.0, "spill": 2.0, "l2_line": 2.0,
+                                   "l3_line": 8.0, "packet": 16.0}
+WEIGHTS: dict[str, float] = {**SEED_WEIGHTS, **SHAPE_WEIGHTS}
+TERMS = ("arithmetic", "memory", "register", "cache", "dispatch", "imbalance", "task",
+         "activation")
+SEED_TERMS = ("arithmetic", "memory", "dispatch", "imbalance", "task", "activation")
+LINE_BYTES = 64
+WORK_BYTES = 4  # mma operands are read in their f32 work type
+
+
+@cache
+def cache_bytes() -> tuple[int, int]:
+    """Per-core L1 data and L2 sizes from sysfs (32 KiB and 512 KiB when unknown)."""
+    sizes = {1: 32 << 10, 2: 512 << 10}
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(root.glob("index*")) if root.exists() else ():
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            text = (index / "size").read_text().strip().upper()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction" or level not in sizes:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+        try:
+            sizes[level] = int(text.rstrip("KM")) * scale
+        except ValueError:
+            continue
+    return sizes[1], sizes[2]
+
+
+# (vector registers, FMA allowed) -> (MR, V): the register block the microkernel atom uses
+# when the plan leaves it to the target (CpuPlan.microkernel_rows/vectors = 0), as the cpu
+# codegen chooses it (the largest block LLVM keeps without spills, two registers spare).
+AUTO_BLOCKS = {(16, False): (5, 2), (16, True): (6, 2), (32, False): (10, 2),
+               (32, True): (12, 2)}
+
+
+def register_block(rows: int, vectors: int, registers: int, fma: bool) -> tuple[int, int]:
+    """The (MR, V) of the microkernel: the plan's where non-zero, else the target's."""
+    auto_rows, auto_vectors = AUTO_BLOCKS.get((registers, fma), (4, 2))
+    if vectors and not rows:
+        auto_rows = max(1, (registers - vectors - (2 if fma else 4)) // vectors)
+    return rows or auto_rows, vectors or auto_vectors
+
+
+def mma_operand_ops(m: int, n: int, k: int, width: int, atom: str, rows: int, vectors: int,
+                    registers: int, per_lane: bool, fma: bool = False
+                    ) -> tuple[float, float, float, float]:
+    """(operand vector loads/stores, spilled accumulator updates, reads of the B tile, reads
+    of the A tile) of one `mma` call on an (m, n, k) tile under `atom` (module docstring).
+
+    Microkernel: B is packed into panels of V vectors and A into contiguous rows (one load
+    and one store per vector each); every (row panel, column panel) block loads and stores
+    its MR x V accumulators once and, per k step, loads V vectors of B and broadcasts MR
+    scalars of A. Ordered: per (m, k) one scalar of A, then per output vector a load of B,
+    a load and a store of the output."""
+    nvec = float(n) if per_lane else float(-(-n // width))
+    if atom != "microkernel" or per_lane:
+        return m * k * (3.0 * nvec + 1.0), 0.0, float(m), 1.0
+    row_panels = -(-m // rows)
+    col_panels = -(-int(nvec) // vectors)
+    blocks = row_panels * col_panels
+    ops = (k * blocks * (vectors + rows) + 2.0 * blocks * rows * vectors
+           + 2.0 * (k * nvec + m * -(-k // width)))
+    spilled = 0.0
+    if rows * vectors + vectors + 1 + (0 if fma else 2) > registers:
+        spilled = 2.0 * k * blocks * rows * vectors
+    return ops, spilled, float(row_panels), float(col_panels)
 
 
 class CpuCostPolicy(CostPolicy):
-    """The seed-004 analytic prior, term for term (per phase, summed over phases):
+    """Relative work per phase, summed over phases (Q packets over h workers):
 
         a = w_arith * (arithmetic + indexed reads)
         m = w_bcast * broadcast + w_contig * (contiguous + snapshot stores)
             + w_gather * (gathered lanes + indexed reads)
-        arithmetic = a * Q / h          memory   = m * Q / h
-        dispatch   = w_block * critical_blocks
-        imbalance  = max(0, critical_packets - Q / h) * (a + m)
+        r = w_register * mma operand ops + w_spill * spilled updates
+        c = lines moved * (w_l2_line * miss(L1) + w_l3_line * miss(L2)),
+            miss(S) = max(0, 1 - S / working set)
+        arithmetic = a * Q / h     memory = m * Q / h     register = r * Q / h
+        cache      = c * Q / h
+        dispatch   = w_block * critical_blocks + w_packet * critical_packets
+        imbalance  = max(0, critical_packets - Q / h) * (a + m + r + c)
         task       = w_task * critical_tasks
         activation = w_activation if h > 1 else 0
+    """
+
+    name = "cpu analytic prior (seed 004 + tile shapes)"
+
+    def __init__(self, *, vector_registers: int | None = None,
+                 cache_sizes: tuple[int, int] | None = None, **weights: float) -> None:
+        unknown = set(weights) - set(WEIGHTS)
+        if unknown:
+            raise ArgumentError(f"unknown cost weights {sorted(unknown)}; known: "
+                                f"{sorted(WEIGHTS)}", loc=None)
+        self.weights = {**WEIGHTS, **weights}
+        if vector_registers is None:
+            from tilenest.backends.cpu.jit import host_info
+
+            vector_registers = 32 if host_info().vector_bits >= 512 else 16
+        self.vector_registers = vector_registers
+        self.l1, self.l2 = cache_sizes or cache_bytes()
+
+    def coefficients(self) -> Mapping[str, float]:
+        return dict(self.weights)
+
+    def _miss(self, working_set: float) -> float:
+        if working_set <= 0:
+            return 0.0
+        w = self.weights
+        return (w["l2_line"] * max(0.0, 1.0 - self.l1 / working_set)
+                + w["l3_line"] * max(0.0, 1.0 - self.l2 / working_set))
+
+    def _per_packet(self, ph: Any, s: Mapping[str, float], width: int, per_lane: bool,
+                    atom: str) -> tuple[float, float, float, float]:
+        """(a, m, r, c): one packet's arithmetic, memory, register and cache work."""
+        w = self.weights
+        a = w["arithmetic"] * (ph.arithmetic + ph.indexed_reads)
+        m = (w["broadcast"] * ph.broadcast
+             + w["contiguous"] * (ph.contiguous + ph.snapshot_stores)
+             + w["gathered"] * (ph.gathered + ph.indexed_reads))
+        ops = spilled = 0.0
+        # Elements moved: every access once, then each mma's tile re-reads.
+        moved = (ph.contiguous + ph.snapshot_stores) * width + ph.gathered + ph.broadcast
+        if ph.mma_tiles:
+            fma = bool(s.get("fma", 0))
+            rows, vectors = register_block(int(s.get("microkernel_rows", 0)),
+                                           int(s.get("microkernel_vectors", 0)),
+                                           self.vector_registers, fma)
+            for mm, nn, kk, rep in ph.mma_tiles:
+                o, sp, b_reads, a_reads = mma_operand_ops(
+                    mm, nn, kk, width, atom, rows, vectors, self.vector_registers, per_lane,
+                    fma)
+                ops += o * rep
+                spilled += sp * rep
+                moved += rep * (kk * nn * b_reads + mm * kk * a_reads + 2.0 * mm * nn)
+        r = w["register"] * ops + w["spill"] * spilled
+        c = moved * WORK_BYTES / LINE_BYTES * self._miss(ph.tile_bytes)
+        return a, m, r, c
+
+    def evaluate(self, candidate: Candidate, work: ScheduledWork) -> CostBreakdown:
+        w = self.weights
+        width = work.work.packet_width
+        per_lane = work.work.distribution == "program-per-lane"
+        atom = candidate.atoms[0].kind if candidate.atoms else "ordered"
+        totals = dict.fromkeys(TERMS, 0.0)
+        for ph, s in zip(work.work.phases, work.schedule, strict=True):
+            a, m, r, c = self._per_packet(ph, s, width, per_lane, atom)
+            q, h = s["packets"], s["workers"]
+            totals["arithmetic"] += a * q / h
+            totals["memory"] += m * q / h
+            totals["register"] += r * q / h
+            totals["cache"] += c * q / h
+            totals["dispatch"] += (w["block"] * s["critical_blocks"]
+                                   + w["packet"] * s["critical_packets"])
+            totals["imbalance"] += max(0.0, s["critical_packets"] - q / h) * (a + m + r + c)
+            totals["task"] += w["task"] * s["critical_tasks"]
+            totals["activation"] += w["activation"] if h > 1 else 0.0
+        return CostBreakdown.of(totals)
+
+    def lower_bound(self, candidate: Candidate, work: ScheduledWork, workers: int) -> float:
+        """No candidate with this work (any block, grain or traversal, up to `workers`
+        workers) costs less: the packets spread evenly over every worker, one block and one
+        task on the critical path, no imbalance, no activation."""
+        w = self.weights
+        width = work.work.packet_width
+        per_lane = work.work.distribution == "program-per-lane"
+        atom = candidate.atoms[0].kind if candidate.atoms else "ordered"
+        h = max(1, workers)
+        total = 0.0
+        for ph, s in zip(work.work.phases, work.schedule, strict=True):
+            q = s["packets"]
+            if q <= 0:
+                continue
+            a, m, r, c = self._per_packet(ph, s, width, per_lane, atom)
+            total += ((a + m + r + c) * q / h + w["block"] + w["packet"] * q / h
+                      + w["task"])
+        return total * (1.0 - 1e-12)  # never above an evaluated total by rounding
+
+
+class SeedCostPolicy(CostPolicy):
+    """The seed-004 prior alone (no tile-shape terms): the baseline the regret benchmark
+    compares `CpuCostPolicy` with. Pass `cost_policy=SeedCostPolicy()` to plan with it.
+
+        a, m as in CpuCostPolicy;  arithmetic = a * Q / h;  memory = m * Q / h
+        dispatch = w_block * critical_blocks;  imbalance = max(0, critical_packets - Q/h)(a+m)
+        task = w_task * critical_tasks;  activation = w_activation if h > 1 else 0
     """
 
     name = "cpu analytic prior (seed 004)"
@@ -46,7 +246,7 @@ class CpuCostPolicy(CostPolicy):
 
     def evaluate(self, candidate: Candidate, work: ScheduledWork) -> CostBreakdown:
         w = self.weights
-        totals = dict.fromkeys(TERMS, 0.0)
+        totals = dict.fromkeys(SEED_TERMS, 0.0)
         for ph, s in zip(work.work.phases, work.schedule, strict=True):
             a = w["arithmetic"] * (ph.arithmetic + ph.indexed_reads)
             m = (w["broadcast"] * ph.broadcast
@@ -60,5 +260,3 @@ class CpuCostPolicy(CostPolicy):
             totals["task"] += w["task"] * s["critical_tasks"]
             totals["activation"] += w["activation"] if h > 1 else 0.0
         return CostBreakdown.of(totals)
-
-

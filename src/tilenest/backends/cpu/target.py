@@ -27,7 +27,9 @@ from tilenest.analysis.uses import UseInfo
 from tilenest.analysis.work import ExecutionWork
 from tilenest.backends.cpu.cost import SEED_WEIGHTS as SEED_WEIGHTS
 from tilenest.backends.cpu.cost import TERMS as TERMS
+from tilenest.backends.cpu.cost import WEIGHTS as WEIGHTS
 from tilenest.backends.cpu.cost import CpuCostPolicy as CpuCostPolicy
+from tilenest.backends.cpu.cost import SeedCostPolicy as SeedCostPolicy
 from tilenest.backends.cpu.jit import host_info
 from tilenest.backends.cpu.plan import CpuPlan, default_partitions, validate
 from tilenest.backends.registry import Executable
@@ -55,6 +57,9 @@ from tilenest.runtime.pool import env_num_threads
 
 # Seed 004 §4: the reusable CPU info proposes these block widths, in lanes.
 BLOCK_WIDTHS = (32, 64, 128, 256, 512, 1024)
+# Packet-local programs whose tiles are large are few: blocks of one or two programs let
+# such a launch use every worker (the seed's narrowest width is 4 packets).
+SMALL_BLOCKS = (1, 2)
 GROUPED_TRAVERSAL = (4, 4)
 
 
@@ -134,13 +139,16 @@ class CpuTargetInfo:
         self._by_binding: dict[int, tuple[Any, Distribution, CpuPlan]] = {}
         self._checked: dict[CpuPlan, BackendError | None] = {}
         self._completion: dict[tuple, tuple] = {}
+        self._facts: TargetFacts | None = None
         self._fixed = dict(self.constraints.items())
         self._fixed.pop("allow_fma", None)
 
     def target(self) -> TargetFacts:
-        info = host_info()
-        return TargetFacts("cpu", self.width, self.workers,
-                           f"{info.cpu_name}, {self.vector_bits}-bit vectors")
+        if self._facts is None:
+            info = host_info()
+            self._facts = TargetFacts("cpu", self.width, self.workers,
+                                      f"{info.cpu_name}, {self.vector_bits}-bit vectors")
+        return self._facts
 
     def distributions(self, fn: Function) -> tuple[Distribution, ...]:
         local = Distribution(DistributionKind.PACKET_LOCAL, 1)
@@ -156,8 +164,11 @@ class CpuTargetInfo:
     def block_sizes(self, distribution: Distribution) -> tuple[int, ...]:
         lanes = distribution.programs_per_packet
         per_program = self.width if lanes == 1 else 1
-        return tuple(sorted({max(1, b // per_program) for b in BLOCK_WIDTHS
-                             if (b // per_program) % lanes == 0}))
+        sizes = {max(1, b // per_program) for b in BLOCK_WIDTHS
+                 if (b // per_program) % lanes == 0}
+        if lanes == 1:
+            sizes.update(SMALL_BLOCKS)
+        return tuple(sorted(sizes))
 
     def supports_task_grain(self) -> bool:
         return True
@@ -255,7 +266,12 @@ class CpuTargetInfo:
         for ph in work.phases:
             blocks = -(-ph.programs // p.block_size)
             per_block = p.block_size / lanes
-            out.append(home_chunks(ph.packets, blocks, p.blocks_per_task, workers, per_block))
+            entry = home_chunks(ph.packets, blocks, p.blocks_per_task, workers, per_block)
+            if ph.mma_tiles:  # the register block the microkernel atom would use
+                entry["microkernel_rows"] = p.microkernel_rows
+                entry["microkernel_vectors"] = p.microkernel_vectors
+                entry["fma"] = 1.0 if p.allow_fma else 0.0
+            out.append(entry)
         return tuple(out)
 
     def cost_policy(self) -> CostPolicy:

@@ -1,0 +1,137 @@
+"""The CPU cost model prices tile shapes (issue 9): register blocking of `mma`, cache fit of
+a program's tiles, task grain; coefficients finite and non-negative; seed prior kept."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tilenest as tn
+from tilenest.analysis.work import extract_work
+from tilenest.backends.cpu.cost import (
+    AUTO_BLOCKS,
+    CpuCostPolicy,
+    SeedCostPolicy,
+    mma_operand_ops,
+    register_block,
+)
+from tilenest.backends.cpu.target import packet_width, plan_cpu
+from tilenest.plan import CostPolicyError
+
+W = packet_width()
+
+
+@tn.kernel
+def tile_mm(A, B, C, *, BM=32, BN=32, BK=16):
+    M, K = A.shape
+    N = B.shape[1]
+    gm, gn = tn.axis("gm", tn.cdiv(M, BM)), tn.axis("gn", tn.cdiv(N, BN))
+    m, n, k = tn.axis("m", BM), tn.axis("n", BN), tn.axis("k", BK)
+    for nest in tn.parallel(gm, gn):
+        m0, n0 = nest.index(gm) * BM, nest.index(gn) * BN
+        acc = tn.zeros((m, n), tn.f32)
+        for step in nest.pipeline(tn.cdiv(K, BK), window=2, interval=1):
+            k0 = step.index() * BK
+            acc = tn.mma(A.tile((m0, k0), (m, k)).load(), B.tile((k0, n0), (k, n)).load(), acc)
+        C.tile((m0, n0), (m, n)).store(acc)
+
+
+@tn.kernel
+def row_scale(X, Y, *, ROWS=4):
+    M, N = X.shape
+    r, c = tn.axis("r", ROWS), tn.axis("c", N)
+    for nest in tn.parallel(tn.cdiv(M, ROWS)):
+        r0 = nest.index() * ROWS
+        Y.tile((r0, 0), (r, c)).store(X.tile((r0, 0), (r, c)).load() * 2.0)
+
+
+def _mm_args(m: int, n: int, k: int):
+    return (np.ones((m, k), np.float32), np.ones((k, n), np.float32),
+            np.zeros((m, n), np.float32))
+
+
+def test_register_block_fits_the_vector_registers() -> None:
+    for (regs, fma), (rows, vectors) in AUTO_BLOCKS.items():
+        assert rows * vectors + vectors + 1 + (0 if fma else 2) <= regs
+        assert register_block(0, 0, regs, fma) == (rows, vectors)
+    assert register_block(3, 4, 16, False) == (3, 4)       # the plan's block is kept
+    assert register_block(0, 3, 16, False) == (3, 3)       # rows that fit beside V = 3
+    _, spilled_fit, _, _ = mma_operand_ops(64, 64, 32, 8, "microkernel", 5, 2, 16, False)
+    _, spilled_big, _, _ = mma_operand_ops(64, 64, 32, 8, "microkernel", 6, 3, 16, False)
+    assert spilled_fit == 0 and spilled_big > 0            # 18 + 3 + 3 > 16 registers
+    _, spilled_512, _, _ = mma_operand_ops(64, 64, 32, 16, "microkernel", 6, 3, 32, False)
+    assert spilled_512 == 0                                # AVX-512 has 32
+
+
+def test_microkernel_traffic_falls_with_k_and_beats_the_ordered_loop() -> None:
+    per_madd = []
+    for k in (8, 16, 64):
+        ops, _, _, _ = mma_operand_ops(64, 64, k, 8, "microkernel", 5, 2, 16, False)
+        per_madd.append(ops / (64 * 64 * k))
+    assert per_madd == sorted(per_madd, reverse=True)      # accumulator reloads amortize
+    micro, _, _, _ = mma_operand_ops(64, 64, 32, 8, "microkernel", 5, 2, 16, False)
+    ordered, _, _, _ = mma_operand_ops(64, 64, 32, 8, "ordered", 5, 2, 16, False)
+    assert micro < ordered
+
+
+def test_mma_tiles_and_working_set_are_extracted() -> None:
+    fn = tile_mm.ir(*_mm_args(64, 64, 64), BM=32, BN=64, BK=16)
+    ph = extract_work(fn, (0, 1), "packet-local", W).phases[0]
+    assert ph.mma_tiles == ((32, 64, 16, 4.0),)            # (M, N, K, K loop trips)
+    assert ph.tile_bytes == 4 * (32 * 16 + 16 * 64 + 32 * 64)
+    lanes = extract_work(fn, (0, 1), "program-per-lane", W).phases[0]
+    assert lanes.tile_bytes == W * ph.tile_bytes           # W programs per packet
+
+
+def test_cache_term_grows_when_tiles_leave_l1_and_l2() -> None:
+    small = CpuCostPolicy(cache_sizes=(1 << 30, 1 << 31))  # everything fits
+    tight = CpuCostPolicy(cache_sizes=(4 << 10, 64 << 10))
+    fn = tile_mm.ir(*_mm_args(128, 128, 64), BM=64, BN=128, BK=32)
+    fits, _ = plan_cpu(fn, {"cost_policy": small})
+    spills, _ = plan_cpu(fn, {"cost_policy": tight})
+    assert fits.selected.cost.term("cache") == 0
+    assert spills.selected.cost.term("cache") > 0
+
+
+def test_task_grain_prices_idle_workers() -> None:
+    # Two large tiles: only blocks of one program give both workers a tile.
+    fn = tile_mm.ir(*_mm_args(64, 128, 64), BM=64, BN=64, BK=32)
+    result, info = plan_cpu(fn, {"constraints": (("num_threads", 2),)})
+    assert result.selected.plan.block_size == 1 and info.workers == 2
+    one = [s for s in result.candidates if s.plan.block_size >= 2
+           and s.candidate.distribution == result.selected.candidate.distribution]
+    assert one and all(s.cost.total > result.selected.cost.total for s in one)
+
+
+def test_larger_rows_pay_less_dispatch_until_the_tile_leaves_the_cache() -> None:
+    x = np.ones((512, 2048), np.float32)
+    costs = {}
+    for rows in (1, 4, 64):
+        result, _ = plan_cpu(row_scale.ir(x, np.empty_like(x), ROWS=rows), {})
+        costs[rows] = result.selected.cost
+    assert costs[4].term("dispatch") < costs[1].term("dispatch")
+    assert costs[64].term("cache") > costs[4].term("cache")  # 512 KiB tiles miss L2
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.inf, math.nan])
+def test_coefficients_are_finite_and_non_negative(bad: float) -> None:
+    x = np.ones((8, 8), np.float32)
+    with pytest.raises(CostPolicyError):
+        row_scale.compile(x, np.empty_like(x), target="cpu",
+                          cost_policy=CpuCostPolicy(l2_line=bad))
+    with pytest.raises(tn.ArgumentError, match="unknown cost weights"):
+        CpuCostPolicy(nonsense=1.0)
+    policy = CpuCostPolicy()
+    assert all(math.isfinite(v) and v >= 0 for v in policy.checked_coefficients().values())
+    assert set(SeedCostPolicy().coefficients()) < set(policy.coefficients())
+
+
+def test_costs_are_relative_work_and_every_term_is_non_negative() -> None:
+    fn = tile_mm.ir(*_mm_args(100, 90, 70))
+    result, _ = plan_cpu(fn, {})
+    for s in result.candidates:
+        assert s.cost.unit == "relative work (uncalibrated)"
+        assert all(v >= 0 and math.isfinite(v) for _, v in s.cost.terms)
+        assert math.isclose(sum(v for _, v in s.cost.terms), s.cost.total)
