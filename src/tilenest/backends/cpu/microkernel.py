@@ -3,8 +3,8 @@
 One `mma` call contracts static extents M × N × K (the tile shapes). Its realization:
 1. pack B into panels of NR = V·W columns, k-major and contiguous (`Bp[p][k][0:NR]`, columns
    past N are zero), so that every k step of the block reads V aligned vectors in sequence;
-2. pack A row-major and contiguous (`Ap[i][0:K]`) unless it already is a private array in
-   that layout: tensor rows a power-of-two apart map to one cache set, packed rows do not;
+2. pack A into k-major panels of MR rows (`Ap[q][k][0:MR]`): one sequential stream of
+   broadcasts per block, where tensor rows a power-of-two apart would map to one cache set;
 3. for each B panel (it stays in L1 over the whole row loop), for each MR-row panel of A:
    load the MR × V accumulator vectors from `out`, run the k loop with the block as loop
    carried SSA values (k unrolled by `UNROLL`: one broadcast of A per row, one vector of B
@@ -74,11 +74,10 @@ def register_block(rows: int, vectors: int, width: int, vector_bits: int,
 
 @dataclass
 class Operand:
-    """A packed or in-place operand: a pointer to its work-type elements and its strides."""
+    """A packed operand: a pointer to its work-type elements and its panel stride."""
 
     ptr: ir.Value
-    row: int      # element stride between rows (A: m; packed B: panel)
-    step: int     # element stride between k steps
+    row: int
 
 
 class Microkernel:
@@ -160,35 +159,35 @@ class Microkernel:
                     b.store(value, self._gep(dst, b.add(out, c64(j))))
 
         em.loop(0, K, row, name="pbk")
-        return Operand(dst, K * nr, nr)
+        return Operand(dst, K * nr)
 
     def pack_a(self, a: Arr, a_m: int, a_k: int, M: int, K: int) -> Operand:
-        """A (M × K) → row-major contiguous Ap[i·K + k]; in place when it already is."""
-        if (a.space == "private" and a.offset is None and a.dtype == self.work
-                and a.strides[a_k] == 1 and a.strides[a_m] == K):
-            return Operand(a.ptr, K, 1)
-        em, b, w = self.em, self.b, self.block.width
+        """A (M × K, any strides and dtype) → k-major row panels: the R rows of the panel
+        at m0 (R = MR, or M mod MR for the last) at Ap[m0·K + k·R + r], so the block's
+        broadcasts read one sequential stream (measured 0.80-0.84x OpenBLAS per round
+        against 0.72-0.75x for row-major packed rows, 5 x 2 block, znver3)."""
+        em, b = self.em, self.b
+        mr = self.block.rows
         dst = em.alloca(self.elem, M * K, name="apack")
-        vecs = K // w if a.strides[a_k] == 1 and a.dtype == self.work else 0
 
-        def coords(i: ir.Value, k: ir.Value) -> list[ir.Value]:
-            c = [c64(0)] * 2
-            c[a_m], c[a_k] = i, k
-            return c
+        def panel(m0: ir.Value, rows: int) -> None:
+            base = b.mul(m0, c64(K))
 
-        def row(i: ir.Value) -> None:
-            base = b.mul(i, c64(K))
-            if vecs:
-                em.loop(0, vecs, lambda j: self._vstore(
-                    self._vload(a.address(b, coords(i, b.mul(j, c64(w))), None)),
-                    self._gep(dst, b.add(base, b.mul(j, c64(w))))), name="pav")
-            if vecs * w < K:
-                em.loop(vecs * w, K, lambda k: b.store(
-                    a.load(b, coords(i, k), None), self._gep(dst, b.add(base, k))),
-                    name="pak")
+            def step(k: ir.Value) -> None:
+                out = b.add(base, b.mul(k, c64(rows)))
+                for r in range(rows):
+                    coords = [c64(0)] * 2
+                    coords[a_m], coords[a_k] = b.add(m0, c64(r)), k
+                    b.store(a.load(b, coords, None), self._gep(dst, b.add(out, c64(r))))
 
-        em.loop(0, M, row, name="pam")
-        return Operand(dst, K, 1)
+            em.loop(0, K, step, name="pak")
+
+        full, rest = divmod(M, mr)
+        if full:
+            em.loop(0, full, lambda q: panel(b.mul(q, c64(mr)), mr), name="paq")
+        if rest:
+            panel(c64(full * mr), rest)
+        return Operand(dst, K)
 
     # -- the block
     def block_at(self, ap: Operand, bp_ptr: ir.Value, nr: int, out: Arr, c_m: int, c_n: int,
@@ -221,15 +220,15 @@ class Microkernel:
             for j in range(lanes):
                 b.store(b.extract_element(value, c64(j)), self._gep(ptr, j))
 
-        a_rows = [self._gep(ap.ptr, b.mul(b.add(m0, c64(r)), c64(ap.row)))
-                  for r in range(rows)]
+        base = self._gep(ap.ptr, b.mul(m0, c64(K)))
+        a_rows = [self._gep(base, r) for r in range(rows)]
 
         def kstep(k: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
             bk = b.mul(k, c64(nr))
             bv = [self._vload(self._gep(bp_ptr, b.add(bk, c64(v * w)))) for v in range(vectors)]
             new = list(accs)
             for r in range(rows):
-                splat = self._splat(b.load(self._gep(a_rows[r], b.mul(k, c64(ap.step)))))
+                splat = self._splat(b.load(self._gep(a_rows[r], b.mul(k, c64(rows)))))
                 for v in range(vectors):
                     i = r * vectors + v
                     new[i] = self.mul_add(new[i], splat, bv[v])
