@@ -11,6 +11,7 @@ are whole blocks at run time).
 
 from __future__ import annotations
 
+from tilenest.analysis.tile_ranges import decided_masks
 from tilenest.backends.cuda.emitter import Block, Emitter, tl_dtype
 from tilenest.backends.cuda.rules import lowering
 from tilenest.errors import BackendError
@@ -119,12 +120,25 @@ _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 @lowering(*_CMP)
 def _compare(em: Emitter, op: Op) -> None:
     a, b = em.block(op.operands[0]), em.block(op.operands[1])
+    decided = decided_masks(em.fn).get(op.result)
+    if decided is not None:  # fixed by the operands' ranges (analysis/tile_ranges.py)
+        shape = list(_widest(a, b))
+        _result(em, op, f"tl.full({shape}, {int(decided)}, tl.int1)", a, b)
+        return
     _result(em, op, f"({a.name} {_CMP[op.name]} {b.name})", a, b)
 
 
 @lowering("where")
 def _where(em: Emitter, op: Op) -> None:
     c, a, b = (em.block(v) for v in op.operands)
+    decided = decided_masks(em.fn).get(op.operands[0])
+    if decided is not None:  # a mask that is constant in every program: no select
+        chosen = a if decided else b
+        shape = _widest(c, a, b)
+        expr = chosen.name if chosen.padded == shape else \
+            f"tl.broadcast_to({chosen.name}, {list(shape)})"
+        _result(em, op, expr, c, a, b)
+        return
     _result(em, op, f"tl.where({c.name}, {a.name}, {b.name})", c, a, b)
 
 

@@ -1,0 +1,130 @@
+"""Comparisons whose outcome is fixed at capture: interval bounds of integer Tiles.
+
+Masks such as `k0 + tn.arange(n) < SK` compare integer tiles built from region coordinates,
+`arange` and constants. Their exact bounds follow from the Index ranges (`index_ranges`):
+`arange` spans [0, extent - 1], `index.to_tile` takes its index's range when the tile's type
+holds all of it, `broadcast` keeps a range, and `+ - *`, `maximum`, `minimum` combine ranges
+while the result fits the tile's type (a possible wraparound gives no range). A comparison
+whose operand ranges decide it for every element of every program instance is a constant,
+and so are `broadcast`, `and`, `or`, `not` of constants: backends emit the constant, and a
+`where` on one selects its operand without a per-element select. Lanes a backend pads a
+tile with hold unspecified values, so a constant there is as good as any.
+"""
+
+from __future__ import annotations
+
+from tilenest.analysis.index_ranges import Interval, index_ranges
+from tilenest.ir.core import Function, Op, Region, Value
+from tilenest.ir.dtypes import DType
+from tilenest.ir.types import TileType
+
+_CACHE: dict[int, tuple[Region, dict[Value, bool]]] = {}
+_CACHE_LIMIT = 64
+
+_ARITH = {
+    "add": lambda a, b: (a[0] + b[0], a[1] + b[1]),
+    "sub": lambda a, b: (a[0] - b[1], a[1] - b[0]),
+    "mul": lambda a, b: (min(x * y for x in a for y in b), max(x * y for x in a for y in b)),
+    "maximum": lambda a, b: (max(a[0], b[0]), max(a[1], b[1])),
+    "minimum": lambda a, b: (min(a[0], b[0]), min(a[1], b[1])),
+}
+
+# pred -> (always true when, always false when) over operand intervals a, b.
+_DECIDE = {
+    "lt": (lambda a, b: a[1] < b[0], lambda a, b: a[0] >= b[1]),
+    "le": (lambda a, b: a[1] <= b[0], lambda a, b: a[0] > b[1]),
+    "gt": (lambda a, b: a[0] > b[1], lambda a, b: a[1] <= b[0]),
+    "ge": (lambda a, b: a[0] >= b[1], lambda a, b: a[1] < b[0]),
+    "eq": (lambda a, b: a[0] == a[1] == b[0] == b[1], lambda a, b: a[1] < b[0] or b[1] < a[0]),
+    "ne": (lambda a, b: a[1] < b[0] or b[1] < a[0], lambda a, b: a[0] == a[1] == b[0] == b[1]),
+}
+
+
+def _bounds(dtype: DType) -> Interval | None:
+    if dtype.kind not in ("int", "uint"):
+        return None
+    if dtype.kind == "int":
+        return -(2 ** (dtype.bits - 1)), 2 ** (dtype.bits - 1) - 1
+    return 0, 2 ** dtype.bits - 1
+
+
+def _int_tile(v: Value) -> DType | None:
+    t = v.type
+    if isinstance(t, TileType) and _bounds(t.dtype) is not None:
+        return t.dtype
+    return None
+
+
+def _fits(iv: Interval, dtype: DType) -> bool:
+    lo, hi = _bounds(dtype) or (0, -1)
+    return lo <= iv[0] and iv[1] <= hi
+
+
+def _range(op: Op, ranges: dict[Value, Interval], index: dict[Value, Interval]
+           ) -> Interval | None:
+    dtype = _int_tile(op.results[0]) if op.results else None
+    if dtype is None:
+        return None
+    got: Interval | None = None
+    if op.name == "arange":
+        t = op.results[0].type
+        assert isinstance(t, TileType)
+        got = (0, max(t.shape[0] - 1, 0))
+    elif op.name == "full" and isinstance(op.attrs.get("value"), int) and \
+            not isinstance(op.attrs["value"], bool):
+        got = (op.attrs["value"], op.attrs["value"])
+    elif op.name == "index.to_tile":
+        got = index.get(op.operands[0])
+    elif op.name == "broadcast":
+        got = ranges.get(op.operands[0])
+    elif op.name in _ARITH and len(op.operands) == 2:
+        a, b = (ranges.get(x) for x in op.operands)
+        if a is not None and b is not None:
+            got = _ARITH[op.name](a, b)
+    return got if got is not None and _fits(got, dtype) else None
+
+
+def _decide(op: Op, ranges: dict[Value, Interval], known: dict[Value, bool]) -> bool | None:
+    if op.name in _DECIDE and len(op.operands) == 2:
+        a, b = (ranges.get(x) for x in op.operands)
+        if a is None or b is None:
+            return None
+        always, never = _DECIDE[op.name]
+        return True if always(a, b) else False if never(a, b) else None
+    if op.name == "broadcast":
+        return known.get(op.operands[0])
+    if op.name == "not":
+        x = known.get(op.operands[0])
+        return None if x is None else not x
+    if op.name in ("and", "or") and op.results and \
+            isinstance(op.results[0].type, TileType) and op.results[0].type.dtype.is_bool:
+        a, b = (known.get(x) for x in op.operands)
+        if op.name == "and":
+            return False if False in (a, b) else True if a is b is True else None
+        return True if True in (a, b) else False if a is b is False else None
+    return None
+
+
+def decided_masks(fn: Function) -> dict[Value, bool]:
+    """Each bool Tile value of `fn` whose every element is the same constant in every
+    program instance, with that constant (cached per function)."""
+    hit = _CACHE.get(id(fn.body))
+    if hit is not None and hit[0] is fn.body:
+        return hit[1]
+    index = index_ranges(fn)
+    ranges: dict[Value, Interval] = {}
+    known: dict[Value, bool] = {}
+    for op in fn.walk():
+        iv = _range(op, ranges, index)
+        if iv is not None:
+            ranges[op.results[0]] = iv
+            continue
+        if len(op.results) == 1 and isinstance(op.results[0].type, TileType) and \
+                op.results[0].type.dtype.is_bool:
+            got = _decide(op, ranges, known)
+            if got is not None:
+                known[op.results[0]] = got
+    if len(_CACHE) >= _CACHE_LIMIT:
+        _CACHE.clear()
+    _CACHE[id(fn.body)] = (fn.body, known)
+    return known
