@@ -62,7 +62,15 @@ def main() -> None:
                                     ("BM128 BN64 w8 s3", {"BM": 128, "BN": 64},
                                      CudaPlan(num_warps=8, num_stages=3)),
                                     ("BM64 BN64 w4 s3", {"BM": 64, "BN": 64},
-                                     CudaPlan(num_warps=4, num_stages=3))):
+                                     CudaPlan(num_warps=4, num_stages=3)),
+                                    ("BM128 BN128 w8 s2", {"BM": 128, "BN": 128},
+                                     CudaPlan(num_warps=8, num_stages=2)),
+                                    ("BM128 BN128 w8 s3", {"BM": 128, "BN": 128},
+                                     CudaPlan(num_warps=8, num_stages=3)),
+                                    ("BM128 BN64 w8 s4", {"BM": 128, "BN": 64},
+                                     CudaPlan(num_warps=8, num_stages=4)),
+                                    ("BM256 BN64 w8 s3", {"BM": 256, "BN": 64},
+                                     CudaPlan(num_warps=8, num_stages=3))):
             extra = {} if plan is None else {"plan": plan}
             ck = kern.compile(*sets[0], out, target="cuda", **extra, **consts)
             ck(*sets[0], out)
