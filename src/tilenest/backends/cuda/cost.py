@@ -99,6 +99,9 @@ class GpuCostPolicy(CostPolicy):
             raise ArgumentError(f"unknown gpu cost coefficients {sorted(unknown)}; known: "
                                 f"{sorted(base)}", loc=None)
         self.weights = {**base, **overrides}
+        # Targets hand the same schedule object to candidates that differ only in choices
+        # the model does not price (cuda/target.py memoizes them): price each once.
+        self._priced: dict[int, tuple[object, CostBreakdown]] = {}
 
     def coefficients(self) -> Mapping[str, float]:
         return dict(self.weights)
@@ -118,6 +121,10 @@ class GpuCostPolicy(CostPolicy):
             inv += s[f"mma{i}_share"] / max(e, 1e-6)
         return 1.0 / max(inv, 1e-6)
 
+    @staticmethod
+    def _flops(s: Mapping[str, float]) -> list[tuple[str, float]]:
+        return [(k[6:], v) for k, v in s.items() if k[:6] == "flops_"]
+
     def phase(self, s: Mapping[str, float]) -> dict[str, float]:
         """The terms of one phase and its time under `total`."""
         w = self.weights
@@ -127,13 +134,12 @@ class GpuCostPolicy(CostPolicy):
         resident = max(1.0, s["resident"])
         trips = s.get("trips", 0.0)
         dot = misaligned = strided = 0.0
-        for key, flops in s.items():
-            if not key.startswith("flops_"):
-                continue
-            kind = key.removeprefix("flops_")
+        for kind, flops in self._flops(s):
             base = kind.split("~")[0]
             rate = self._rate(base) * self.efficiency(s, base)
             dot += flops / rate
+            if "~" not in kind:
+                continue
             slow = [f for suffix, f in ((MISALIGNED, w["misaligned_fraction"]),
                                         (KSTRIDED, w["kstrided_fraction"])) if suffix in kind]
             if slow:
@@ -168,6 +174,14 @@ class GpuCostPolicy(CostPolicy):
                 "time": time}
 
     def evaluate(self, candidate: object, work: ScheduledWork) -> CostBreakdown:
+        got = self._priced.get(id(work.schedule))
+        if got is not None and got[0] is work.schedule:
+            return got[1]
+        out = self._evaluate(work)
+        self._priced[id(work.schedule)] = (work.schedule, out)  # keeps the id taken
+        return out
+
+    def _evaluate(self, work: ScheduledWork) -> CostBreakdown:
         w = self.weights
         terms = dict.fromkeys(TERMS, 0.0)
         total = 0.0

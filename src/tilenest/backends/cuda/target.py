@@ -314,12 +314,21 @@ class CudaTargetInfo:
                 or b.traversal != ROW_MAJOR) and not cons.has("root_axis_order") \
                 and not cons.has("program_traversal"):
             return  # the flat grid enumerates programs row-major: one point, not per order
+        reps = base.resources.representations
         for w, st, sk, layouts in self._expansions():
-            yield Candidate(Binding(b.root_axis_order, b.traversal, b.block_size,
-                                    b.task_grain, w),
-                            base.distribution, base.atoms,
-                            Resources(base.resources.representations, layouts),
-                            Schedule(stages=st, split_k=sk), base.index)
+            # The records are immutable: candidates share them (planning builds thousands).
+            bkey = ("binding", b.root_axis_order, b.traversal, b.block_size, b.task_grain, w)
+            binding = self._memo.get(bkey)
+            if binding is None:
+                binding = self._memo[bkey] = Binding(b.root_axis_order, b.traversal,
+                                                     b.block_size, b.task_grain, w)
+            rkey = ("records", reps, layouts, st, sk)
+            records = self._memo.get(rkey)
+            if records is None:
+                records = self._memo[rkey] = (Resources(reps, layouts),
+                                              Schedule(stages=st, split_k=sk))
+            yield Candidate(binding, base.distribution, base.atoms, records[0], records[1],
+                            base.index)
 
     def _layouts(self) -> Iterator[tuple[tuple[str, str], ...]]:
         """Operand layouts: padded copies (on/off) x K-major copies (on/off), per operand
@@ -359,7 +368,11 @@ class CudaTargetInfo:
         return self._memo[k]
 
     def realize(self, candidate: Candidate) -> CudaPlan:
-        return self._memoized("plan", self._key(candidate), lambda: self._realize(candidate))
+        key = self._key(candidate)
+        got = self._memo.get(("plan", key))
+        if got is None:
+            got = self._memo[("plan", key)] = self._realize(candidate)
+        return got
 
     def _realize(self, candidate: Candidate) -> CudaPlan:
         b = candidate.binding
@@ -374,17 +387,36 @@ class CudaTargetInfo:
                     "split_k": candidate.schedule.split_k,
                     "pad_misaligned": PADDED in hows, "kmajor_copy": KMAJOR in hows,
                     "element_grid": b.block_size if candidate.distribution.kind
-                    is DistributionKind.FLAT_ELEMENT_GRID else 0}
+                    is DistributionKind.FLAT_ELEMENT_GRID else 0,
+                    "allow_tf32": self.allow_tf32, "allow_fma": self.allow_fma,
+                    "allow_regrouping": self.allow_regrouping}
         for name, value in searched.items():
             fields_.setdefault(name, value)
-        return CudaPlan(**fields_).with_(allow_tf32=self.allow_tf32, allow_fma=self.allow_fma,
-                                         allow_regrouping=self.allow_regrouping)
+        return CudaPlan(**fields_)
+
+    @staticmethod
+    def _launch_key(p: CudaPlan) -> tuple:
+        """The plan fields other than the program traversal (fixed controls are constant
+        for one target info)."""
+        return (p.num_warps, p.num_stages, p.split_k, p.pad_misaligned, p.kmajor_copy,
+                p.element_grid)
 
     def accepts(self, fn: Function, candidate: Candidate) -> None:
         plan = self.realize(candidate)
-        verdict = self._memoized("accepts", (plan,), lambda: self._accepts(plan))
-        if verdict is not None:
-            raise verdict
+        # Validation splits into the traversal (order, groups) and everything else, each
+        # memoized: the expensive checks (operand layouts, split site) run once per choice.
+        for key, reduced in ((("accepts-launch", self._launch_key(plan)),
+                              lambda: plan.with_(root_axis_order=None, group_rows=1,
+                                                 group_columns=1)),
+                             (("accepts-traversal", (plan.root_axis_order, plan.group_rows,
+                                                     plan.group_columns)),
+                              lambda: CudaPlan(root_axis_order=plan.root_axis_order,
+                                               group_rows=plan.group_rows,
+                                               group_columns=plan.group_columns))):
+            if key not in self._memo:
+                self._memo[key] = self._accepts(reduced())
+            if self._memo[key] is not None:
+                raise self._memo[key]
 
     def _accepts(self, plan: CudaPlan) -> Admission | None:
         if plan.split_k > 1 and not plan.allow_regrouping:
@@ -441,8 +473,24 @@ class CudaTargetInfo:
                                                     copied_operands(self.fn, p)))
 
     def schedule(self, candidate: Candidate, work: ExecutionWork) -> tuple[dict, ...]:
+        """Per phase the quantities cost.py prices; everything but the DRAM share of the
+        traversal is shared by the candidates of one launch configuration."""
         p = self.realize(candidate)
-        return self._memoized("schedule", (p,), lambda: self._schedule(p))
+        base = self._memo.get(("schedule", self._launch_key(p)))
+        if base is None:
+            base = self._memo[("schedule", self._launch_key(p))] = self._schedule(p)
+        slots = int(base[0]["resident"]) * self.gpu.sms if base else 0
+        fracs = tuple(self._dram_fraction(i, p, slots) for i in range(len(self.phase_facts)))
+        key = ("schedule-traversal", self._launch_key(p), fracs)
+        got = self._memo.get(key)
+        if got is None:
+            got = []
+            for e in base:
+                i = int(e["phase"])
+                got.append({**e, "dram_fraction": fracs[i]} if e["dram_fraction"] < 0
+                           else e)
+            got = self._memo[key] = tuple(got)
+        return got
 
     def _schedule(self, p: CudaPlan) -> tuple[dict, ...]:
         phases, copied = self._layout_work(p)
@@ -451,7 +499,6 @@ class CudaTargetInfo:
         if p.element_grid:
             regs = registers_per_thread(2.0 * p.element_grid, 32 * p.num_warps)
             occ = resident(g, p.num_warps, 0, regs)
-        slots = int(occ["resident"]) * g.sms
         out: list[dict] = []
         for i, ((op, w), (_, tiles, _, trips)) in enumerate(zip(phases, self.phase_facts,
                                                                 strict=True)):
@@ -459,10 +506,10 @@ class CudaTargetInfo:
             if self.element_refusal is None and p.element_grid:
                 programs = float(max(1, flat_programs(self.fn, p.element_grid)))
             entry: dict[str, float] = {
-                "programs": programs, "sms": float(g.sms), "warps": float(p.num_warps),
-                "cc_major": float(g.compute_capability[0]), "trips": trips,
-                "stages": float(p.num_stages), "bytes": w.bytes_moved,
-                "dram_fraction": self._dram_fraction(op, p, slots), **occ}
+                "phase": float(i), "programs": programs, "sms": float(g.sms),
+                "warps": float(p.num_warps), "cc_major": float(g.compute_capability[0]),
+                "trips": trips, "stages": float(p.num_stages), "bytes": w.bytes_moved,
+                "dram_fraction": -1.0 if tiles else 1.0, **occ}
             for kind, flops in w.dot_flops.items():
                 entry[f"flops_{kind}"] = flops
             entry["mmas"] = float(len(tiles))
@@ -479,12 +526,13 @@ class CudaTargetInfo:
                 out.append(entry)
         return tuple(out)
 
-    def _dram_fraction(self, op: Any, p: CudaPlan, slots: int) -> float:
+    def _dram_fraction(self, phase: int, p: CudaPlan, slots: int) -> float:
         """For `mma` phases on a 2-D program grid: the share of operand traffic one wave
         fetches from DRAM, (distinct rows + distinct columns) / (2 x programs in the wave),
         assuming the rest hits L2."""
+        op, tiles, _, _ = self.phase_facts[phase]
         domain = [e for _, e in op.attrs["domain"]]
-        if len(domain) < 2 or not any(x.name == "mma" for x in op.body.walk()):
+        if len(domain) < 2 or not tiles:
             return 1.0
         order = p.root_axis_order or tuple(range(len(domain)))
         rows, cols = domain[order[-2]], domain[order[-1]]
