@@ -192,6 +192,9 @@ CPU_FEATURES = _register(Knob(
 TARGET = _register(Knob(
     "TILENEST_TARGET", "the name of a registered target (unset: cpu)",
     _target, lambda: "cpu"))
+FULL_PLAN_SWEEP = _register(Knob(
+    "TILENEST_FULL_PLAN_SWEEP", "1/true/yes/on or 0/false/no/off (tests: plan every example "
+    "at every e2e and benchmark shape, not a representative subset)", _bool, lambda: False))
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,11 +210,12 @@ class Config:
     cpu_name: str | None = None
     cpu_features: tuple[tuple[str, bool], ...] = ()
     target: str = "cpu"
+    full_plan_sweep: bool = False
 
 
 _FIELDS = {"checks": CHECKS, "dump": DUMP, "dump_dir": DUMP_DIR, "cache_dir": CACHE_DIR,
            "num_threads": NUM_THREADS, "vector_bits": VECTOR_BITS, "cpu_name": CPU_NAME,
-           "cpu_features": CPU_FEATURES, "target": TARGET}
+           "cpu_features": CPU_FEATURES, "target": TARGET, "full_plan_sweep": FULL_PLAN_SWEEP}
 
 
 def config() -> Config:
