@@ -22,7 +22,7 @@ from examples.common import Case, Example
 
 @tn.kernel
 def flash_attention(Q, K, V, O, *, BM=tn.tunable(16, 32, 64, 128),
-                    BN=tn.tunable(16, 32, 64), CAUSAL=False):
+                    BN=tn.tunable(16, 32, 64, 128), CAUSAL=False):
     B, H, SQ, D = Q.shape
     SK = K.shape[2]
     scale = 1.0 / math.sqrt(D)
