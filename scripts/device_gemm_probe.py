@@ -16,6 +16,13 @@ from examples.gemm import gemm  # noqa: E402
 
 from tilenest.backends.cuda.plan import CudaPlan  # noqa: E402
 
+F32_SWEEP = {
+    (4096, 4096, 4096): [(64, 128, 32, 4, 3), (64, 128, 16, 4, 4), (128, 64, 16, 4, 4),
+                         (128, 128, 16, 8, 3), (64, 64, 32, 4, 4), (128, 128, 32, 8, 4),
+                         (64, 256, 16, 8, 3), (128, 256, 16, 8, 3), (64, 128, 64, 4, 3),
+                         (128, 128, 32, 4, 3), (32, 128, 32, 4, 4), (64, 64, 64, 4, 3)],
+}
+
 SWEEP = {
     (16, 4096, 4096): [(16, 32, 128, 4, 4), (16, 64, 128, 4, 4), (16, 64, 256, 4, 3),
                        (32, 32, 128, 4, 4), (32, 64, 64, 4, 4), (32, 64, 128, 4, 4),
@@ -28,10 +35,13 @@ SWEEP = {
 
 def main() -> None:
     timer = Timer()
-    for (M, N, K), configs in SWEEP.items():
-        sets = [(torch.randn(M, K, device="cuda", dtype=torch.float16),
-                 torch.randn(K, N, device="cuda", dtype=torch.float16)) for _ in range(3)]
-        c = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    f32 = "--f32" in sys.argv  # f32 under the default IEEE policy (no tf32)
+    dt = torch.float32 if f32 else torch.float16
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for (M, N, K), configs in (F32_SWEEP if f32 else SWEEP).items():
+        sets = [(torch.randn(M, K, device="cuda", dtype=dt),
+                 torch.randn(K, N, device="cuda", dtype=dt)) for _ in range(3)]
+        c = torch.empty(M, N, device="cuda", dtype=dt)
         ref = sets[0][0].float() @ sets[0][1].float()
         t = timer.device_ms(lambda i, s=sets, c=c: torch.mm(*s[i], out=c), 3)
         base = t["median_ms"]
