@@ -14,7 +14,7 @@ from examples.common import Case, Example
 
 
 @tn.kernel
-def gemm(A, B, C, *, BM=tn.tunable(64, 128, 32), BN=tn.tunable(64, 128, 256),
+def gemm(A, B, C, *, BM=tn.tunable(64, 128, 32, 256), BN=tn.tunable(64, 128, 256),
          BK=tn.tunable(32, 64, 16)):
     M, K = A.shape
     N = B.shape[1]

@@ -27,7 +27,8 @@ Tensor-core tile efficiency (`tile_efficiency`): wgmma (cc >= 9, warps a multipl
 padded m >= 64) splits the block over warpgroups along m first; its instruction n (at most
 256) sets the efficiency n / (n + n_half), normalized to 1 at n = 256 (the measured rates
 are those of 128x256 tiles). Below that, mma.sync runs at `mma_sync_fraction` of the rate.
-IEEE f32 (CUDA-core FMA) scales with the outputs per thread, o / (o + 8) normalized at 64.
+IEEE f32 (CUDA-core FMA) scales with the outputs per thread, o / (o + 8) normalized at 64,
+and by 64 / o above 64 (register pressure beside the operand fragments).
 Misaligned rows (`~misaligned`) and tf32 operands whose k axis is not contiguous
 (`~kstrided`) divide the rate by their measured fractions (H200: cuBLAS and Triton reach
 ~150 of ~790 TFLOP/s at f16 4095x4097x4093; ~85 of 404 at tf32 with row-major B).
@@ -83,7 +84,11 @@ def tile_efficiency(m: int, n: int, warps: int, kind: str, cc_major: int,
         return weights.get("mma_sync_fraction", 0.5) * (warp_n / (warp_n + n_half)) / (
             256.0 / (256.0 + n_half))
     outputs = m * n / (32.0 * max(1, warps))
-    return min(1.0, (outputs / (outputs + 8.0)) / (64.0 / 72.0))
+    eff = min(1.0, (outputs / (outputs + 8.0)) / (64.0 / 72.0))
+    # Past ~64 accumulators per thread the CUDA-core operand fragments no longer fit the
+    # register file beside them (measured: 128x256 with 8 warps is the slowest IEEE f32
+    # config, 64x128 with 4 warps the fastest).
+    return eff * min(1.0, 64.0 / max(outputs, 1.0))
 
 
 class GpuCostPolicy(CostPolicy):
