@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable
 from typing import Any
 
@@ -56,6 +57,7 @@ class Emitter:
         self.params: dict[Value, ir.Value] = {}
         self.status: ir.Value | None = None
         self.errors = errors
+        self.nontemporal_stores = False  # set by stores that stream (finish() fences)
 
     # -- storage
     def alloca(self, ty: ir.Type, count: int, name: str = "") -> ir.Value:
@@ -76,6 +78,16 @@ class Emitter:
 
     def finish(self) -> None:
         self._alloca_builder.branch(self.body_start)
+        if self.nontemporal_stores:
+            # Non-temporal stores are weakly ordered: make them visible before the phase
+            # returns to the pool (whose completion signal then publishes them). On x86
+            # LLVM may lower a seq_cst fence to a locked add; sfence is the documented one.
+            if platform.machine().lower() in ("x86_64", "amd64"):
+                sfence = self.module.globals.get("llvm.x86.sse.sfence") or ir.Function(
+                    self.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse.sfence")
+                self.b.call(sfence, [])
+            else:
+                self.b.fence("seq_cst")
         self.b.ret_void()
 
     # -- loops

@@ -10,6 +10,12 @@ that function and is left out, so the planner's space does not grow for nothing.
   roundings; interleaving independent vectors fills the out-of-order window. Every element
   keeps its own operations in order, so results do not change. Only functions with such a
   call have the choice.
+- `nontemporal_stores`: how stores reach tensors. `False`: ordinary (cached) stores in the
+  vectorized loop. `True`: rows are staged in an L1 buffer and copied with aligned vector
+  non-temporal stores, which skip the read-for-ownership of every output line (one memory
+  stream in three for a copy) but evict nothing useful only when the output is not read
+  again soon. `None` (the default): `True` for tensors larger than the last-level cache.
+  Functions that store to tensors have the choice.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ def calls_vector_math(fn: Function) -> bool:
 def families(fn: Function) -> dict[str, tuple[object, ...]]:
     """Field name -> legal values for `fn`, the `CpuPlan` default first."""
     out: dict[str, tuple[object, ...]] = {}
+    if any(op.name == "store" for op in fn.walk()):
+        out["nontemporal_stores"] = (None, False, True)
     if calls_vector_math(fn):
         default = CpuPlan().math_interleave
         out["math_interleave"] = (default,) + tuple(v for v in MATH_INTERLEAVES

@@ -7,7 +7,9 @@ changes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
 from tilenest.errors import BackendError
@@ -27,7 +29,9 @@ class CpuPlan:
     max_unrolled_tile_elements: int = 64
     fuse_elementwise: bool = True    # single-use pure producers fuse into their consumer
     stream_loads: bool = True        # loads without later aliasing stores read in place
-    nontemporal_stores: bool = False  # stores to tensors bypass the cache (large outputs)
+    # Stores to tensors bypass the cache (staged rows, aligned vector non-temporal stores):
+    # True / False force it; None streams the tensors larger than the last-level cache.
+    nontemporal_stores: bool | None = None
     matrix_atom: str = "microkernel"  # "ordered" loop nest, or register-blocked "microkernel"
     microkernel_rows: int = 0        # MR: output rows of the register block (0: fit registers)
     microkernel_vectors: int = 0     # V: vectors per row of the register block (0: fit registers)
@@ -67,6 +71,9 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
         raise _fail("microkernel_rows", "must be >= 1, or 0 (fit the target's registers)")
     if not 0 <= plan.microkernel_vectors <= 4:
         raise _fail("microkernel_vectors", "must be in 1..4, or 0 (fit the target's registers)")
+    if plan.nontemporal_stores not in (None, False, True):
+        raise _fail("nontemporal_stores", f"must be None (by size), False or True, got "
+                                          f"{plan.nontemporal_stores!r}")
     if plan.math_interleave not in MATH_INTERLEAVES:
         raise _fail("math_interleave", f"must be one of {MATH_INTERLEAVES}, got "
                                        f"{plan.math_interleave!r}")
@@ -88,6 +95,28 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
         if order is not None and sorted(order) != list(range(rank)):
             raise _fail("root_axis_order", f"{order} is not a permutation of the {rank} root "
                                            f"axes of the parallel at {op.loc}")
+
+
+@functools.cache
+def last_level_cache_bytes() -> int:
+    """The largest data or unified cache of cpu0 (Linux sysfs), 32 MiB where unknown: the
+    size above which `nontemporal_stores=None` streams a store's tensor."""
+    best = 0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        if kind == "Instruction" or not size:
+            continue
+        try:
+            value = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+        except ValueError:
+            continue
+        best = max(best, value)
+    return best or 32 << 20
 
 
 def programs_per_packet(plan: CpuPlan, packet_width: int) -> int:

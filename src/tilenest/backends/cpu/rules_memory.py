@@ -12,6 +12,7 @@ from llvmlite import ir
 
 from tilenest.backends.cpu import scalars as sc
 from tilenest.backends.cpu.emitter import Emitter, c64
+from tilenest.backends.cpu.plan import last_level_cache_bytes
 from tilenest.backends.cpu.reprs import Arr, Idx, Tile
 from tilenest.backends.cpu.rules import lowering
 from tilenest.ir.core import Op
@@ -143,19 +144,123 @@ def _store(em: Emitter, op: Op) -> None:
     region = Region(em, op, [em.idx(v) for v in op.operands[1:1 + tensor_t.rank]])
     value: Tile = em.tile(op.operands[-1])
     b = em.b
+    streamed = _streams(em, region)
 
     def one_lane(lane: ir.Value | None) -> None:
         dst = region.memory_view(lane)
-        dst.nontemporal = em.plan.nontemporal_stores
+        # A forced streaming plan on a region the staged path cannot take: scalar
+        # non-temporal stores (slow, but what was asked for; never a silent change).
+        dst.nontemporal = em.plan.nontemporal_stores is True and not streamed
 
         def put(coords: list[ir.Value], _: ir.Value | None) -> None:
             dst.store(b, coords, None, value.load(b, coords, lane))
 
-        if region.proven:
-            em.for_each(region.extents, True, put)
+        bounds = None if region.proven else region.box(lane)[0]
+        if streamed:
+            _staged_rows(em, region, dst, value, lane, bounds)
             return
-        bounds, _ = region.box(lane)
         em.for_each(region.extents, True, put, bounds=bounds)
 
     region.per_lane(one_lane)
+
+
+# ---------------------------------------------------------------------- streaming stores
+
+# Elements of one staging chunk (16 KiB of f32: stays in L1 next to the inputs it reads).
+STAGE_ELEMENTS = 4096
+
+
+def _streams(em: Emitter, region: Region) -> bool:
+    """Whether this store takes the staged non-temporal path: the plan asks for it (or
+    leaves it to the size rule and the tensor is larger than the last-level cache), the
+    rows are contiguous in memory, the element is a 4- or 8-byte register type, and a row
+    holds at least one whole vector."""
+    choice = em.plan.nontemporal_stores
+    tensor = region.tensor
+    if choice is False or not region.kept or em.facts.vector_bits < 128:
+        return False
+    if choice is None and tensor_bytes(tensor) <= last_level_cache_bytes():
+        return False
+    dtype = tensor.dtype
+    if dtype.is_bool or dtype.name in ("f16", "bf16") or dtype.bits not in (32, 64):
+        return False
+    if tensor.strides[region.kept[-1]] != 1:
+        return False
+    return region.extents[-1] >= em.facts.vector_bits // dtype.bits
+
+
+def _staged_rows(em: Emitter, region: Region, dst: Arr, value: Tile, lane: ir.Value | None,
+                 bounds: list[tuple[ir.Value, ir.Value]] | None) -> None:
+    """Store rows through an L1 staging buffer: the values of a chunk of a row are computed
+    in a loop LLVM vectorizes (into private memory), then copied to the tensor with aligned
+    vector non-temporal stores (scalar stores for the unaligned head and the tail). The
+    loop vectorizer itself cannot emit non-temporal stores to addresses of unknown
+    alignment, and a store that misses the cache saves the read-for-ownership of every
+    output line: one memory stream in three for a copy."""
+    b = em.b
+    extent = region.extents[-1]
+    chunk = min(extent, STAGE_ELEMENTS)
+    elem = sc.memory_type(region.tensor.dtype)
+    stage = em.alloca(elem, chunk, name="stage")
+    width = em.facts.vector_bits // region.tensor.dtype.bits
+    em.nontemporal_stores = True
+
+    def row(coords: list[ir.Value], _: ir.Value | None) -> None:
+        lo, hi = (c64(0), c64(extent)) if bounds is None else bounds[-1]
+
+        def piece(c0: ir.Value) -> None:
+            rest = b.sub(hi, c0)
+            n = b.select(b.icmp_signed("<", rest, c64(chunk)), rest, c64(chunk))
+            em.loop(0, n, lambda j: b.store(
+                sc.to_memory(b, region.tensor.dtype, value.load(b, coords + [b.add(c0, j)], lane)),
+                b.gep(stage, [j], inbounds=True)), name="stg")
+            _stream_copy(em, stage, dst.address(b, coords + [c0], None), n, width, elem)
+
+        em.loop(lo, hi, piece, step=chunk, name="chunk")
+
+    # Loops over the outer axes, never unrolled: each row holds a whole vectorized loop.
+    outer = region.extents[:-1]
+    em.for_each(outer, True, row, bounds=[(c64(0), c64(e)) for e in outer]
+                if bounds is None else bounds[:-1])
+
+
+def _stream_copy(em: Emitter, src: ir.Value, dst: ir.Value, n: ir.Value, width: int,
+                 elem: ir.Type) -> None:
+    """dst[0:n] = src[0:n]: scalar stores up to the first vector-aligned element of `dst`,
+    aligned non-temporal vector stores, scalar stores for the tail."""
+    b = em.b
+    size = em.facts.vector_bits // 8 // width
+    vec_t = ir.VectorType(elem, width)
+    addr = b.ptrtoint(dst, sc.I64)
+    misaligned = b.and_(addr, c64(width * size - 1))
+    head = b.udiv(b.and_(b.sub(c64(width * size), misaligned), c64(width * size - 1)),
+                  c64(size))
+    # An address that is not even element-aligned never becomes vector-aligned.
+    head = b.select(b.icmp_unsigned("==", b.and_(addr, c64(size - 1)), c64(0)), head, n)
+    head = b.select(b.icmp_signed("<", head, n), head, n)
+    vectors = b.udiv(b.sub(n, head), c64(width))
+    body_end = b.add(head, b.mul(vectors, c64(width)))
+    nontemporal = em.module.add_metadata([ir.Constant(sc.I32, 1)])
+
+    def scalar(j: ir.Value) -> None:
+        b.store(b.load(b.gep(src, [j], inbounds=True)), b.gep(dst, [j], inbounds=True))
+
+    def vector(k: ir.Value) -> None:
+        j = b.add(head, b.mul(k, c64(width)))
+        ld = b.load(b.bitcast(b.gep(src, [j], inbounds=True), vec_t.as_pointer()))
+        ld.align = size
+        st = b.store(ld, b.bitcast(b.gep(dst, [j], inbounds=True), vec_t.as_pointer()))
+        st.align = width * size
+        st.set_metadata("nontemporal", nontemporal)
+
+    em.loop(0, head, scalar, name="nth")
+    em.loop(0, vectors, vector, name="ntv")
+    em.loop(body_end, n, scalar, name="ntt")
+
+
+def tensor_bytes(t: TensorType) -> int:
+    n = t.dtype.bits // 8 if t.dtype.bits >= 8 else 1
+    for e in t.shape:
+        n *= e
+    return n
 
