@@ -31,6 +31,7 @@ from tilenest.backends.cpu.reprs import Arr
 from tilenest.ir.dtypes import DType
 
 UNROLL = 4  # k steps per iteration of the block's loop
+PREFETCH_ROWS = 4  # B rows that packing prefetches ahead (1024³ single thread: +2-3%)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,16 @@ class Microkernel:
         st = self.b.store(v, self.b.bitcast(ptr, self.vec_t.as_pointer()))
         st.align = align
 
+    def _prefetch(self, ptr: ir.Value) -> None:
+        """A read prefetch into all cache levels (never faults, so it may run past a tile)."""
+        i8p = ir.IntType(8).as_pointer()
+        fn = self.em.module.globals.get("llvm.prefetch.p0")
+        if fn is None:
+            fn = ir.Function(self.em.module, ir.FunctionType(ir.VoidType(), [i8p] + [sc.I32] * 3),
+                             "llvm.prefetch.p0")
+        self.b.call(fn, [self.b.bitcast(ptr, i8p), ir.Constant(sc.I32, 0),
+                         ir.Constant(sc.I32, 3), ir.Constant(sc.I32, 1)])
+
     def _splat(self, x: ir.Value) -> ir.Value:
         b, w = self.b, self.block.width
         v = b.insert_element(ir.Constant(self.vec_t, None), x, c64(0))
@@ -134,6 +145,16 @@ class Microkernel:
             return bm.load(b, coords, None)
 
         def row(k: ir.Value) -> None:
+            if bm.space == "memory" and contiguous:
+                # Rows of a tensor are pages apart, past what the stream prefetchers follow.
+                ahead = [c64(0)] * 2
+                later = b.add(k, c64(PREFETCH_ROWS))
+                later = b.select(b.icmp_signed("<", later, c64(K)), later, c64(K - 1))
+                ahead[b_k], ahead[b_n] = later, c64(0)
+                start = b.bitcast(bm.address(b, ahead, None), ir.IntType(8).as_pointer())
+                for off in range(0, N * (self.work.bits // 8), 64):
+                    self._prefetch(b.gep(start, [c64(off)]))
+
             def panel(p: ir.Value) -> None:
                 out = b.add(b.mul(p, c64(K * nr)), b.mul(k, c64(nr)))
                 n0 = b.mul(p, c64(nr))
