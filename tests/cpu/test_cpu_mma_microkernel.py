@@ -56,7 +56,9 @@ def _close(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
 # (row tails of every size, column panels ending in a partial vector), K not a multiple of
 # the k unroll.
 SHAPES = [(37, 45, 29, 32, 32, 16), (100, 90, 70, 64, 64, 32), (33, 7, 1, 16, 8, 8),
-          (130, 150, 70, 64, 128, 32), (61, 83, 45, 48, 40, 23), (17, 3 * W + 5, 9, 17, 48, 9)]
+          (130, 150, 70, 64, 128, 32), (61, 83, 45, 48, 40, 23), (17, 3 * W + 5, 9, 17, 48, 9),
+          # tiles that divide the shape: operands read tensor memory in place (no snapshot)
+          (128, 96, 80, 64, 48, 40)]
 BLOCK_PLANS = [None, CpuPlan(microkernel_rows=1, microkernel_vectors=1),
                CpuPlan(microkernel_rows=5, microkernel_vectors=2),
                CpuPlan(microkernel_rows=6, microkernel_vectors=3),
@@ -87,6 +89,17 @@ def test_large_ragged_gemm_against_float64() -> None:
     _close(got, a, b)
     ordered, _ = _run(a, b, BM=128, BN=128, BK=128, plan=CpuPlan(matrix_atom="ordered"))
     assert np.array_equal(got, ordered)
+
+
+def test_f64_operands_accumulate_in_f64() -> None:
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((45, 70)), rng.standard_normal((70, 52))
+    c = np.full((45, 52), np.nan, np.float32)
+    gemm(a, b, c, target="cpu", BM=32, BN=32, BK=16)
+    want = np.full((45, 52), np.nan, np.float32)
+    tn.interpret(gemm, a, b, want, precision="native", BM=32, BN=32, BK=16)
+    assert np.array_equal(c, want)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
 
 
 def _contracts(compiled: tn.CompiledKernel) -> bool:
