@@ -74,7 +74,7 @@ def test_k_major_copy_wins_over_a_padded_copy_of_the_same_operand() -> None:
 def test_planned_for_tf32_4096_cubed() -> None:
     result = _tf32(_fn(4096, 4096, 4096))
     assert result.status == "exact"
-    assert result.space_size == 2 * 4 * 3 * 4 * 2  # the K-major choice doubles the space
+    assert result.space_size == (4 + 2) * 3 * 3 * 2  # the K-major choice doubles the space
     sel = result.selected
     assert sel.plan.kmajor_copy and sel.plan.allow_tf32 and not sel.plan.pad_misaligned
     assert dict(sel.candidate.resources.operand_layouts) == {"B": KMAJOR}
@@ -93,7 +93,7 @@ def test_not_planned_for_64_cubed() -> None:
 def test_not_offered_under_ieee() -> None:
     fn = _fn(4096, 4096, 4096)
     result, _ = plan_cuda(fn, {}, H200)
-    assert result.space_size == 2 * 4 * 3 * 4
+    assert result.space_size == (4 + 2) * 3 * 4  # IEEE f32: no tensor cores, stages 1..4
     assert not any(s.plan.kmajor_copy for s in result.candidates)
     assert all(s.cost.term("k_strided") == 0 for s in result.candidates)
     with pytest.raises(PlanningError, match="kmajor_copy.*tf32"):

@@ -266,6 +266,10 @@ class CudaTargetInfo:
         rows = extents[order[-2]]
         first = (min(self.default.group_rows, rows), self.default.group_columns)
         out = [first if first[0] > 1 else ROW_MAJOR]  # the default rule's first: ties keep it
+        if list(order) != sorted(order):
+            # A transposed order re-walks the same grid: its row-major and default bands are
+            # the two L2 patterns it adds (every group size again would double the space).
+            return tuple(dict.fromkeys([*out, ROW_MAJOR]))
         for g in (1, *GROUP_SIZES[1:]):
             t = (min(g, rows), 1) if g > 1 else ROW_MAJOR
             if t not in out:
@@ -297,7 +301,10 @@ class CudaTargetInfo:
         if cons.has("num_stages"):
             stages = [cons.get("num_stages")]
         elif self.has_loop_loads:
-            stages = [d.num_stages] + [s for s in (1, 2, 3, 4) if s != d.num_stages]
+            # Tensor-core loops unpipelined leave wgmma waiting on every load: the model
+            # always ranks 1 stage last there, so it is not offered (fixing it still works).
+            lowest = 2 if self.tensor_core else 1
+            stages = [d.num_stages] + [s for s in range(lowest, 5) if s != d.num_stages]
         else:
             stages = [1]
         self._expansion = [(w, st, sk, layouts) for layouts in self._layouts()
@@ -325,9 +332,12 @@ class CudaTargetInfo:
             rkey = ("records", reps, layouts, st, sk)
             records = self._memo.get(rkey)
             if records is None:
+                atoms, windows = self._atoms_windows()
                 records = self._memo[rkey] = (Resources(reps, layouts),
-                                              Schedule(stages=st, split_k=sk))
-            yield Candidate(binding, base.distribution, base.atoms, records[0], records[1],
+                                              Schedule(1, windows, st, sk), atoms)
+            # Born complete (atoms, windows): `complete` keeps the very records, so the
+            # memo keys below (record identities) survive the planner's admission.
+            yield Candidate(binding, base.distribution, records[2], records[0], records[1],
                             base.index)
 
     def _layouts(self) -> Iterator[tuple[tuple[str, str], ...]]:
@@ -354,12 +364,17 @@ class CudaTargetInfo:
                 yield tuple((n, KMAJOR if km and n in kmajor else PADDED if n in padded
                              else "original") for n in names)
 
-    @staticmethod
-    def _key(candidate: Candidate) -> tuple:
-        b = candidate.binding
+    def _key(self, candidate: Candidate) -> tuple:
+        """Identities of the shared records `expand` built (kept alive by the memo), or
+        their contents for a candidate built elsewhere."""
+        b, s, layouts = candidate.binding, candidate.schedule, \
+            candidate.resources.operand_layouts
+        if self._memo.get(("binding", b.root_axis_order, b.traversal, b.block_size,
+                           b.task_grain, b.warps)) is b:
+            return (id(b), id(s), id(layouts), candidate.distribution.kind, s.stages,
+                    s.split_k)
         return (b.root_axis_order, b.traversal, b.warps, b.block_size,
-                candidate.distribution.kind, candidate.schedule.stages,
-                candidate.schedule.split_k, candidate.resources.operand_layouts)
+                candidate.distribution.kind, s.stages, s.split_k, layouts)
 
     def _memoized(self, kind: str, key: tuple, make: Any) -> Any:
         k = (kind, key)
@@ -561,14 +576,20 @@ class CudaTargetInfo:
                  **{f"rate_{k}": v for k, v in self.gpu.dot_rates.items()}}
         return GpuCostPolicy(rates)
 
-    def complete(self, fn: Function, candidate: Candidate) -> Candidate:
-        """Fill in A (a tensor-core `dot` per `mma`) and Theta's pipeline windows."""
-        atoms, windows = self._memoized("complete", (), lambda: (
+    def _atoms_windows(self) -> tuple[tuple[Atom, ...], tuple[tuple[str, int], ...]]:
+        return self._memoized("complete", (), lambda: (
             tuple(Atom(str(op.loc) if op.loc else "mma", "dot")
-                  for op in fn.walk() if op.name == "mma"),
+                  for op in self.fn.walk() if op.name == "mma"),
             tuple((str(op.loc) if op.loc else "pipeline", int(op.attrs["window"]))
-                  for op in fn.walk() if op.name == "pipeline")))
+                  for op in self.fn.walk() if op.name == "pipeline")))
+
+    def complete(self, fn: Function, candidate: Candidate) -> Candidate:
+        """Fill in A (a tensor-core `dot` per `mma`) and Theta's pipeline windows (the
+        candidates `expand` builds are born with them)."""
+        atoms, windows = self._atoms_windows()
         s = candidate.schedule
+        if candidate.atoms == atoms and s.pipeline_windows == windows:
+            return candidate
         return Candidate(candidate.binding, candidate.distribution, atoms,
                          candidate.resources,
                          Schedule(s.reduction_partitions, windows, s.stages, s.split_k),
