@@ -17,8 +17,9 @@ operand kind, and the padded (m, n) of each `mma` with its flop share:
     latency    = waves * (trips * per_trip + load_latency_s), per_trip = load_latency_s /
                  (stages - 1) when pipelined, else load_latency_s + resident * (one
                  program's compute per trip at the SM's rate)
-    memory     = bytes * dram_fraction / bandwidth
-    phase      = max(throughput, latency, memory) + rounds * program_s + launch_s
+    memory     = (bytes - shared_bytes) * dram_fraction / bandwidth  (shared_bytes: loads
+                 at addresses independent of the program, re-read from L2 after the first)
+    phase      = max(throughput, latency, memory) + rounds * program_s / resident + launch_s
 and once per call `copy` = padded/K-major copy bytes / bandwidth + launch_s per copy.
 `total` is the sum of the phases and the copy: a roofline, not the sum of the terms.
 `wave_tail` (the throughput share of the last, partial round) is reported, not added.
@@ -62,7 +63,7 @@ H200_RATES: dict[str, float] = {
     "step_s": 3.5e-8,           # per loop iteration of one program, not overlapped (fit)
     "load_latency_s": 5e-7, "launch_s": 3e-6, "l2_reuse": 1.0,
     "program_s": 2e-8,          # per program on the busiest SM: block launch, prologue and
-    #                             epilogue issue, not hidden by residency (a lead)
+    #                             epilogue issue, overlapped by co-resident programs (a lead)
 }
 TERMS = ("memory", "l2", "dot", "misaligned", "k_strided", "step", "wave_tail", "latency",
          "programs", "launch", "copy")
@@ -155,7 +156,7 @@ class GpuCostPolicy(CostPolicy):
                     strided += extra
         l2 = s["bytes"] / max(w["l2_bandwidth"], 1e-30)
         frac = 1.0 - w["l2_reuse"] * (1.0 - s.get("dram_fraction", 1.0))
-        memory = s["bytes"] * frac / bw
+        memory = (s["bytes"] - s.get("shared_bytes", 0.0)) * frac / bw
         rounds = math.ceil(programs / sms)
         work = max(dot + misaligned + strided, l2)
         step = rounds * trips * w["step_s"] / resident
@@ -171,7 +172,7 @@ class GpuCostPolicy(CostPolicy):
             per_trip = lat + resident * sms * work / programs / max(trips, 1.0)
         latency = waves * (trips * per_trip + lat)
         launch = w["launch_s"]
-        per_program = rounds * w["program_s"]
+        per_program = rounds * w["program_s"] / resident
         time = max(throughput, latency, memory) + per_program + launch
         return {"memory": memory, "l2": l2, "dot": dot, "misaligned": misaligned,
                 "k_strided": strided, "step": step, "wave_tail": tail,

@@ -95,6 +95,7 @@ class Work:
     dot_flops: dict[str, float] = field(default_factory=dict)
     max_tile_elements: int = 1
     live_elements: int = 0
+    shared_bytes: float = 0.0  # bytes of loads every program reads at the same addresses
 
 
 def _trips(op: Op) -> int:
@@ -186,8 +187,46 @@ def phase_work(fn: Function, plan: object) -> list[tuple[Op, Work]]:
         if op.name == "parallel":
             work = Work(programs=[_trips(op)])
             _count_ops([op], 1.0, work, layout)
+            work.shared_bytes = _shared_load_bytes(op)
             out.append((op, work))
     return out
+
+
+def _shared_load_bytes(par: Op) -> float:
+    """Bytes (summed over programs) of loads whose addresses do not depend on the program
+    coordinates (weights, biases, a row of constants): after the first program reads them
+    they come from L2, not DRAM."""
+    dependent = set(par.body.args)
+
+    def mark(region: Region) -> None:
+        for op in region.ops:
+            if any(v in dependent for v in op.operands):
+                dependent.update(op.results)
+                for r in op.regions:
+                    dependent.update(r.args)
+            for r in op.regions:
+                mark(r)
+                term = r.terminator
+                if term is not None and any(v in dependent for v in term.operands):
+                    dependent.update(op.results)
+
+    mark(par.body)
+    total = 0.0
+
+    def count(region: Region, mult: float) -> None:
+        nonlocal total
+        for op in region.ops:
+            if op.name == "load" and not any(v in dependent for v in op.operands[1:]):
+                tensor = op.operands[0].type
+                assert isinstance(tensor, TensorType)
+                kept = [e for e in op.attrs["shape"] if e is not None]
+                total += mult * _elements(tuple(kept)) * tensor.dtype.itemsize
+            for r in op.regions:
+                count(r, mult * (_trips(op) if op.name in ("serial", "pipeline", "reduce",
+                                                           "parallel") else 1))
+
+    count(par.body, float(_trips(par)))
+    return total
 
 
 # ------------------------------------------------------------------ occupancy estimates

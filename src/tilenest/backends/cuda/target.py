@@ -524,6 +524,7 @@ class CudaTargetInfo:
                 "phase": float(i), "programs": programs, "sms": float(g.sms),
                 "warps": float(p.num_warps), "cc_major": float(g.compute_capability[0]),
                 "trips": trips, "stages": float(p.num_stages), "bytes": w.bytes_moved,
+                "shared_bytes": w.shared_bytes * (1.0 - 1.0 / programs),
                 "dram_fraction": -1.0 if tiles else 1.0, **occ}
             for kind, flops in w.dot_flops.items():
                 entry[f"flops_{kind}"] = flops
