@@ -428,15 +428,17 @@ def gqa_case(spec: Spec, log: list[str]) -> Case:
              torch.randn(B, HKV, S, D, device="cuda", dtype=dt)) for _ in range(3)]
     g = G
 
+    sample = min(B, 4)  # batches checked against the float64 reference
+
     def ref(i: int) -> torch.Tensor:
         q, k, v = sets[i]
-        q = q[:4].double().view(4, HKV, g, D)
-        s = torch.einsum("bhgd,bhsd->bhgs", q, k[:4].double()) / math.sqrt(D)
-        return torch.einsum("bhgs,bhsd->bhgd", torch.softmax(s, -1), v[:4].double()).reshape(
-            4, HQ, D)
+        q = q[:sample].double().view(sample, HKV, g, D)
+        s = torch.einsum("bhgd,bhsd->bhgs", q, k[:sample].double()) / math.sqrt(D)
+        return torch.einsum("bhgs,bhsd->bhgd", torch.softmax(s, -1),
+                            v[:sample].double()).reshape(sample, HQ, D)
 
     refs = [ref(i) for i in range(len(sets))]
-    case.check = lambda out, i: rel_err(out[:4], refs[i])
+    case.check = lambda out, i: rel_err(out[:sample], refs[i])
     case.tol = TOL[dt]
     kern = EXAMPLES["gqa_decode"].kernel
     _plain_call(case, spec, lambda i, o: [*sets[i], o],
