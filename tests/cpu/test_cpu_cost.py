@@ -58,22 +58,24 @@ def test_register_block_fits_the_vector_registers() -> None:
         assert register_block(0, 0, regs, fma) == (rows, vectors)
     assert register_block(3, 4, 16, False) == (3, 4)       # the plan's block is kept
     assert register_block(0, 3, 16, False) == (3, 3)       # rows that fit beside V = 3
-    _, spilled_fit, _, _ = mma_operand_ops(64, 64, 32, 8, "microkernel", 5, 2, 16, False)
-    _, spilled_big, _, _ = mma_operand_ops(64, 64, 32, 8, "microkernel", 6, 3, 16, False)
+    _, spilled_fit, _ = mma_operand_ops(64, 64, 32, 8, "microkernel", 5, 2, 16, False)
+    _, spilled_big, _ = mma_operand_ops(64, 64, 32, 8, "microkernel", 6, 3, 16, False)
     assert spilled_fit == 0 and spilled_big > 0            # 18 + 3 + 3 > 16 registers
-    _, spilled_512, _, _ = mma_operand_ops(64, 64, 32, 16, "microkernel", 6, 3, 32, False)
+    _, spilled_512, _ = mma_operand_ops(64, 64, 32, 16, "microkernel", 6, 3, 32, False)
     assert spilled_512 == 0                                # AVX-512 has 32
 
 
 def test_microkernel_traffic_falls_with_k_and_beats_the_ordered_loop() -> None:
     per_madd = []
     for k in (8, 16, 64):
-        ops, _, _, _ = mma_operand_ops(64, 64, k, 8, "microkernel", 5, 2, 16, False)
+        ops, _, _ = mma_operand_ops(64, 64, k, 8, "microkernel", 5, 2, 16, False)
         per_madd.append(ops / (64 * 64 * k))
     assert per_madd == sorted(per_madd, reverse=True)      # accumulator reloads amortize
-    micro, _, _, _ = mma_operand_ops(64, 64, 32, 8, "microkernel", 5, 2, 16, False)
-    ordered, _, _, _ = mma_operand_ops(64, 64, 32, 8, "ordered", 5, 2, 16, False)
+    micro, _, streams = mma_operand_ops(64, 64, 32, 8, "microkernel", 5, 2, 16, False)
+    ordered, _, _ = mma_operand_ops(64, 64, 32, 8, "ordered", 5, 2, 16, False)
     assert micro < ordered
+    # The B panel re-read by every row panel is K x V*W: small enough for L1.
+    assert streams[0] == (13 * 32 * 64, 32 * 16 * 4)
 
 
 def test_mma_tiles_and_working_set_are_extracted() -> None:

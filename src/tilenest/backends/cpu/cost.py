@@ -12,10 +12,11 @@ extended with the terms that price tile shapes (issue 9):
   accumulators + V operands + a broadcast, + 2 temporaries without FMA, > 16 on AVX2, 32 on
   AVX-512) spills: every accumulator update goes through memory. The ordered atom loads and
   stores the output vector at every (m, k).
-- `cache`: the bytes a packet moves (tile re-reads of `mma`: B once per row block, A once
-  per column block, the accumulator twice per call; every other access once), priced by the
-  share of the program's working set (its loaded, carried and accumulated tiles) that
-  misses L1 (served by L2) and L2 (served by L3).
+- `cache`: the lines a packet moves, priced by the share of what must stay cached that
+  misses L1 (served by L2) and L2 (served by L3): every access once against the program's
+  working set (its loaded, carried and accumulated tiles), and each `mma`'s re-read streams
+  against their own footprint (microkernel: the B panel per row panel, packed A per column
+  panel, the output tile per call; ordered: the B tile per row).
 - `dispatch` also charges a fixed overhead per packet (program prologue, tile addressing),
   so tiny tiles pay for their count; `imbalance` charges the critical path's excess at the
   full per-packet cost, cache and register terms included.
@@ -90,18 +91,22 @@ def register_block(rows: int, vectors: int, registers: int, fma: bool) -> tuple[
 
 def mma_operand_ops(m: int, n: int, k: int, width: int, atom: str, rows: int, vectors: int,
                     registers: int, per_lane: bool, fma: bool = False
-                    ) -> tuple[float, float, float, float]:
-    """(operand vector loads/stores, spilled accumulator updates, reads of the B tile, reads
-    of the A tile) of one `mma` call on an (m, n, k) tile under `atom` (module docstring).
+                    ) -> tuple[float, float, tuple[tuple[float, float], ...]]:
+    """(operand vector loads/stores, spilled accumulator updates, re-read streams) of one
+    `mma` call on an (m, n, k) tile under `atom`; a stream is (elements read, the bytes that
+    must stay cached between its reads).
 
     Microkernel: B is packed into panels of V vectors and A into contiguous rows (one load
-    and one store per vector each); every (row panel, column panel) block loads and stores
-    its MR x V accumulators once and, per k step, loads V vectors of B and broadcasts MR
-    scalars of A. Ordered: per (m, k) one scalar of A, then per output vector a load of B,
-    a load and a store of the output."""
+    and one store per vector each); for each B panel, every MR-row panel of A runs its k
+    loop: it loads and stores its MR x V accumulators once and, per k step, loads V vectors
+    of B and broadcasts MR scalars of A. The B panel (K x V*W) is re-read by every row
+    panel, packed A once per column panel, the output tile once per call. Ordered: per
+    (m, k) one scalar of A, then per output vector a load of B, a load and a store of the
+    output; B is re-read for every row."""
     nvec = float(n) if per_lane else float(-(-n // width))
     if atom != "microkernel" or per_lane:
-        return m * k * (3.0 * nvec + 1.0), 0.0, float(m), 1.0
+        return (m * k * (3.0 * nvec + 1.0), 0.0,
+                ((float(m) * k * n, float(k * n * WORK_BYTES)),))
     row_panels = -(-m // rows)
     col_panels = -(-int(nvec) // vectors)
     blocks = row_panels * col_panels
@@ -110,7 +115,12 @@ def mma_operand_ops(m: int, n: int, k: int, width: int, atom: str, rows: int, ve
     spilled = 0.0
     if rows * vectors + vectors + 1 + (0 if fma else 2) > registers:
         spilled = 2.0 * k * blocks * rows * vectors
-    return ops, spilled, float(row_panels), float(col_panels)
+    panel = float(k * vectors * width * WORK_BYTES)
+    packed_a = float(m * k * WORK_BYTES)
+    streams = ((float(row_panels) * k * n, panel),                     # B panels
+               (float(col_panels) * m * k, packed_a + panel),          # packed A
+               (2.0 * m * n, float(m * n * WORK_BYTES) + packed_a))    # the output tile
+    return ops, spilled, streams
 
 
 class CpuCostPolicy(CostPolicy):
@@ -165,23 +175,25 @@ class CpuCostPolicy(CostPolicy):
              + w["contiguous"] * (ph.contiguous + ph.snapshot_stores)
              + w["gathered"] * (ph.gathered + ph.indexed_reads))
         ops = spilled = 0.0
-        # Elements moved: every access once, then each mma's tile re-reads.
+        # Elements moved: every access once (against the program's working set), then each
+        # mma's re-read streams (against what each stream needs cached).
         moved = (ph.contiguous + ph.snapshot_stores) * width + ph.gathered + ph.broadcast
+        lines = moved * WORK_BYTES / LINE_BYTES * self._miss(ph.tile_bytes)
         if ph.mma_tiles:
             fma = bool(s.get("fma", 0))
             rows, vectors = register_block(int(s.get("microkernel_rows", 0)),
                                            int(s.get("microkernel_vectors", 0)),
                                            self.vector_registers, fma)
             for mm, nn, kk, rep in ph.mma_tiles:
-                o, sp, b_reads, a_reads = mma_operand_ops(
+                o, sp, streams = mma_operand_ops(
                     mm, nn, kk, width, atom, rows, vectors, self.vector_registers, per_lane,
                     fma)
                 ops += o * rep
                 spilled += sp * rep
-                moved += rep * (kk * nn * b_reads + mm * kk * a_reads + 2.0 * mm * nn)
+                lines += rep * sum(elements * WORK_BYTES / LINE_BYTES * self._miss(cached)
+                                   for elements, cached in streams)
         r = w["register"] * ops + w["spill"] * spilled
-        c = moved * WORK_BYTES / LINE_BYTES * self._miss(ph.tile_bytes)
-        return a, m, r, c
+        return a, m, r, lines
 
     def evaluate(self, candidate: Candidate, work: ScheduledWork) -> CostBreakdown:
         w = self.weights
