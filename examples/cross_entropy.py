@@ -4,7 +4,9 @@ Each program handles `ROWS` rows. When a row fits one column tile (`next_pow2(V)
 it is read once: max, sum of exp(x - max) and the target logit come from the same tile.
 Otherwise the row streams in blocks of `BLOCK` columns through a `serial` loop that carries
 an online max and a rescaled sum (the flash-attention recurrence), plus the target logit.
-Columns past V read -inf, so they add exp(-inf) = 0 and never equal the target.
+Columns past V read -inf, so they add exp(-inf) = 0 and never equal the target. (Rows past
+M read -inf everywhere, so the loop's rescale is exp(-inf + inf) = NaN there; those rows are
+never stored, and -inf stays the max's true identity for logits of any magnitude.)
 
 There are no gathers yet, so the target logit is selected by comparing the class index
 (`tn.arange` along the column dim) with the row's target and summing the one match.
