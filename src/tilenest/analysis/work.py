@@ -9,7 +9,8 @@ multiplied in. Access classes come from an address-slope analysis of load/store 
 - one program per lane: the flat address slope along the innermost root axis (the axis
   whose consecutive programs share a packet): 0 broadcast, +-1 contiguous, else gathered;
 - packet-local: the tensor stride along the tile's innermost region axis (the axis the
-  packet vectorizes): 1 contiguous, 0 or extent 1 broadcast, else gathered.
+  packet vectorizes): 1 contiguous, 0 or extent 1 broadcast, else gathered. Packet-local
+  work therefore does not depend on the root-axis order (planners share it across orders).
 
 An innermost extent not divisible by the packet width conservatively doubles that access's
 memory work (seed 004 §4). Tile shapes are recorded too, for the cost models that price them:

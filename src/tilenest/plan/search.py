@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tilenest.analysis.resources import ExecutionResources
-from tilenest.analysis.work import ExecutionWork, extract_work
+from tilenest.analysis.work import PACKET_LOCAL, ExecutionWork, extract_work
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
 from tilenest.plan.constraints import Constraints
@@ -211,11 +211,15 @@ class _Admitter:
     def work_of(self, c: Candidate) -> ScheduledWork:
         """The candidate's extracted work (shared per root order and distribution) and its
         scheduling quantities."""
-        key = (c.binding.root_axis_order, c.distribution)
+        order, kind = c.binding.root_axis_order, c.distribution.kind.value
+        key = (order, c.distribution)
         work = self.work.get(key)
         if work is None:
-            work = extract_work(self.fn, c.binding.root_axis_order, c.distribution.kind.value,
-                                self.packet_width)
+            # Packet-local work does not depend on the root order (work.py): share it.
+            shared = None if kind != PACKET_LOCAL else next(
+                (w for (o, d), w in self.work.items() if d == c.distribution), None)
+            work = extract_work(self.fn, order, kind, self.packet_width) if shared is None \
+                else ExecutionWork(shared.phases, shared.packet_width, kind, tuple(order or ()))
             self.work[key] = work
         return ScheduledWork(work, tuple(self.info.schedule(c, work)))
 
