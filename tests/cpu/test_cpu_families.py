@@ -34,8 +34,8 @@ def _scale(X, Y, *, B=16):
         Y.tile((nest.index() * B,), (i,)).store(X.tile((nest.index() * B,), (i,)).load() * 3.0)
 
 
-def _ir(kernel, *args):
-    return kernel.ir(*args)
+def _ir(kernel, *args, **consts):
+    return kernel.ir(*args, **consts)
 
 
 def test_math_interleave_listed_for_vector_math_only() -> None:
@@ -142,3 +142,20 @@ def test_nontemporal_family_listed_for_stores() -> None:
     x = np.zeros((9, 40), np.float32)
     fams = families(_ir(_gelu_like, x, x, np.zeros_like(x)))
     assert fams["nontemporal_stores"] == (None, False, True)
+
+
+def test_size_rule_streams_long_rows_of_tensors_larger_than_the_llc() -> None:
+    from tilenest.backends.cpu.plan import last_level_cache_bytes
+
+    rows = last_level_cache_bytes() // (4096 * 4) + 8
+    big = np.zeros((rows, 4096), np.float32)  # calloc'd: never touched by lowering
+    long_rows = lower_function(_ir(_softmax_rows, big, big, N=4096), CpuPlan(), 256,
+                               assume_no_alias=True).llvm_ir
+    assert "!nontemporal" in long_rows
+    short_rows = lower_function(_ir(_gelu_like, big, big, big), CpuPlan(), 256,
+                                assume_no_alias=True).llvm_ir
+    assert "!nontemporal" not in short_rows
+    small = np.zeros((8, 4096), np.float32)
+    in_cache = lower_function(_ir(_softmax_rows, small, small, N=4096), CpuPlan(), 256,
+                              assume_no_alias=True).llvm_ir
+    assert "!nontemporal" not in in_cache

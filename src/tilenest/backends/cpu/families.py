@@ -14,7 +14,8 @@ that function and is left out, so the planner's space does not grow for nothing.
   vectorized loop. `True`: rows are staged in an L1 buffer and copied with aligned vector
   non-temporal stores, which skip the read-for-ownership of every output line (one memory
   stream in three for a copy) but evict nothing useful only when the output is not read
-  again soon. `None` (the default): `True` for tensors larger than the last-level cache.
+  again soon. `None` (the default): `True` for tensors larger than the last-level cache
+  whose tiles write rows of at least 4 KiB (short row pieces measured slower streamed).
   Functions that store to tensors have the choice.
 """
 

@@ -30,7 +30,8 @@ class CpuPlan:
     fuse_elementwise: bool = True    # single-use pure producers fuse into their consumer
     stream_loads: bool = True        # loads without later aliasing stores read in place
     # Stores to tensors bypass the cache (staged rows, aligned vector non-temporal stores):
-    # True / False force it; None streams the tensors larger than the last-level cache.
+    # True / False force it; None streams tensors larger than the last-level cache when the
+    # tile's rows are >= 4 KiB (rules_memory.STREAM_MIN_ROW_BYTES: measured).
     nontemporal_stores: bool | None = None
     matrix_atom: str = "microkernel"  # "ordered" loop nest, or register-blocked "microkernel"
     microkernel_rows: int = 0        # MR: output rows of the register block (0: fit registers)
@@ -71,7 +72,7 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
         raise _fail("microkernel_rows", "must be >= 1, or 0 (fit the target's registers)")
     if not 0 <= plan.microkernel_vectors <= 4:
         raise _fail("microkernel_vectors", "must be in 1..4, or 0 (fit the target's registers)")
-    if plan.nontemporal_stores not in (None, False, True):
+    if not (plan.nontemporal_stores is None or isinstance(plan.nontemporal_stores, bool)):
         raise _fail("nontemporal_stores", f"must be None (by size), False or True, got "
                                           f"{plan.nontemporal_stores!r}")
     if plan.math_interleave not in MATH_INTERLEAVES:
