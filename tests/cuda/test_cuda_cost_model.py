@@ -13,14 +13,9 @@ import torch
 from examples import EXAMPLES
 
 from tilenest.backends.cuda.cost import GpuCostPolicy, tile_efficiency
+from tilenest.backends.cuda.occupancy import compiled_metadata, recheck, wave_footprint
 from tilenest.backends.cuda.plan import CudaPlan
-from tilenest.backends.cuda.target import (
-    H200,
-    compiled_metadata,
-    plan_cuda,
-    recheck,
-    wave_footprint,
-)
+from tilenest.backends.cuda.target import H200, plan_cuda
 from tilenest.backends.cuda.traversal import grouped_coords
 
 GEMM = EXAMPLES["gemm"].kernel

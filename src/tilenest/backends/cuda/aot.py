@@ -41,7 +41,7 @@ def compile_aot(fn: Function, plan: CudaPlan | None = None, *, arch: int = 90,
         attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(signature))}
         src = ASTSource(kernel, signature, attrs=attrs)
         compiled = triton.compile(src, target=target, options=options)
-        from tilenest.backends.cuda.target import compiled_metadata
+        from tilenest.backends.cuda.occupancy import compiled_metadata
 
         out.append({"name": phase.name, "asm": dict(compiled.asm),
                     "shared": compiled.metadata.shared,

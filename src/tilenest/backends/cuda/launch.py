@@ -177,7 +177,7 @@ class CudaExecutable:
                 continue
             compiled = kernel[(phase.programs,)](*launch_args, **self.options)
             if self.compiled is None:
-                from tilenest.backends.cuda.target import compiled_metadata
+                from tilenest.backends.cuda.occupancy import compiled_metadata
 
                 got = compiled_metadata(compiled)
                 if got is not None:

@@ -151,7 +151,8 @@ def emit_partial(em: Any, op: Op, split: SplitEmit, stages: int) -> None:
 
     init = em.block(op.operands[0])
     shape = ", ".join(map(str, init.padded))
-    carry = em.assign(f"tl.where(tn_split == 0, {init.name}, tl.zeros([{shape}], "
+    # tl.full, not tl.zeros: zeros is a jit function, which the interpreter may refuse.
+    carry = em.assign(f"tl.where(tn_split == 0, {init.name}, tl.full([{shape}], 0.0, "
                       f"tl.float32))", "carry")
     trips = split.site.trips
     chunk = split.site.chunk(split.splits)

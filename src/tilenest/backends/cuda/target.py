@@ -9,16 +9,18 @@ not time predictions.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields
 from typing import Any
 
 from tilenest.analysis.resources import ExecutionResources, ResourceLimits
 from tilenest.analysis.work import ExecutionWork
 from tilenest.backends.cuda.cost import H200_RATES, GpuCostPolicy
+from tilenest.backends.cuda.device import H200 as H200
+from tilenest.backends.cuda.device import GpuInfo, device_info, interpreting
 from tilenest.backends.cuda.element_grid import BLOCKS as ELEMENT_BLOCKS
 from tilenest.backends.cuda.element_grid import flat_programs, refusal
+from tilenest.backends.cuda.occupancy import recheck, resident, wave_footprint
 from tilenest.backends.cuda.padding import (
     KMAJOR,
     PADDED,
@@ -72,56 +74,6 @@ from tilenest.plan.search import PlanningResult, plan, planner_options, require_
 from tilenest.plan.target import TargetFacts
 
 
-@dataclass(frozen=True)
-class GpuInfo:
-    name: str
-    sms: int
-    smem_per_sm: int            # bytes
-    smem_per_block: int         # bytes (opt-in maximum)
-    regs_per_sm: int
-    max_threads_per_sm: int
-    max_blocks_per_sm: int
-    compute_capability: tuple[int, int]
-    bandwidth: float            # bytes / s (device memory, read + write)
-    dot_rates: dict[str, float]  # dense matrix flop/s by operand type ("tf32" for tf32 f32)
-    source: str = "static"
-
-
-H200 = GpuInfo(
-    name="NVIDIA H200 (static description)", sms=132, smem_per_sm=228 * 1024,
-    smem_per_block=227 * 1024, regs_per_sm=65536, max_threads_per_sm=2048,
-    max_blocks_per_sm=32, compute_capability=(9, 0),
-    # Measured on the lent H200 (KINDS.md): device copy ~4.3 TB/s, bf16 GEMM ~790 TFLOP/s.
-    bandwidth=4.3e12,
-    dot_rates={"f16": 790e12, "bf16": 790e12, "tf32": 400e12, "f32": 51e12, "f64": 60e12},
-)
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "") == "1"
-
-
-def device_info() -> GpuInfo:
-    """Facts of the current CUDA device, or the static H200 description without one."""
-    try:
-        import torch
-    except ImportError:
-        return H200
-    if not torch.cuda.is_available():
-        return H200
-    p = torch.cuda.get_device_properties(torch.cuda.current_device())
-    smem_block = getattr(p, "shared_memory_per_block_optin", H200.smem_per_block)
-    smem_sm = getattr(p, "shared_memory_per_multiprocessor", H200.smem_per_sm)
-    regs = getattr(p, "regs_per_multiprocessor", H200.regs_per_sm)
-    threads = getattr(p, "max_threads_per_multi_processor", H200.max_threads_per_sm)
-    scale = p.multi_processor_count / H200.sms
-    return replace(H200, name=p.name, sms=p.multi_processor_count, smem_per_sm=smem_sm,
-                   smem_per_block=smem_block, regs_per_sm=regs, max_threads_per_sm=threads,
-                   compute_capability=(p.major, p.minor),
-                   dot_rates={k: v * scale for k, v in H200.dot_rates.items()},
-                   source="torch.cuda")
-
-
 def explain(fn: Function, plan: CudaPlan, info: GpuInfo | None = None,
             phases: list[Any] | None = None, result: PlanningResult | None = None,
             target: CudaTargetInfo | None = None) -> str:
@@ -149,29 +101,6 @@ def explain(fn: Function, plan: CudaPlan, info: GpuInfo | None = None,
 
 
 # ------------------------------------------------------------------------- target info
-
-
-def wave_footprint(rows: int, cols: int, group_rows: int, group_columns: int,
-                   wave: int) -> tuple[int, int]:
-    """Distinct grid rows and columns the first `wave` program ordinals touch under the
-    grouped traversal of traversal.py, in closed form (bands of `group_rows` rows, cut into
-    rectangles of `group_columns` columns, each enumerated row-major)."""
-    wave = max(0, min(wave, rows * cols))
-    if wave == rows * cols:
-        return (rows, cols) if wave else (0, 0)
-    gr, gc = (group_rows, group_columns) if group_rows > 1 and group_columns < cols else \
-        (1, cols)
-    full_bands, rem = divmod(wave, gr * cols)
-    r = full_bands * gr
-    if not rem:
-        return r, cols if full_bands else 0
-    h = min(gr, rows - r)
-    full_rects, rem2 = divmod(rem, h * gc)
-    first_col = full_rects * gc
-    w = min(gc, cols - first_col)
-    r += h if full_rects else min(h, -(-rem2 // w))
-    c = full_rects * gc + (min(w, rem2) if rem2 else 0)
-    return r, cols if full_bands else c
 
 
 def _has_loop_loads(fn: Function) -> bool:
@@ -597,21 +526,6 @@ class CudaTargetInfo:
                          candidate.index)
 
 
-def resident(gpu: GpuInfo, warps: int, smem: int, regs_per_thread: int) -> dict[str, float]:
-    """Programs resident per SM, limited by shared memory, threads and registers (whichever
-    binds first), with each limit reported."""
-    threads = 32 * warps
-    regs = min(MAX_REGS, regs_per_thread)
-    by_smem = gpu.smem_per_sm // smem if smem > 0 else gpu.max_blocks_per_sm
-    by_threads = gpu.max_threads_per_sm // threads
-    # Registers are allocated per warp in units of 256 (8 per thread).
-    by_regs = gpu.regs_per_sm // (-(-regs // 8) * 8 * threads)
-    count = max(1, min(by_smem, by_threads, by_regs, gpu.max_blocks_per_sm))
-    return {"resident": float(count), "limit_smem": float(by_smem),
-            "limit_threads": float(by_threads), "limit_regs": float(by_regs),
-            "regs_per_thread": float(regs), "smem_bytes": float(smem)}
-
-
 # ------------------------------------------------------------------------- prepare
 
 
@@ -712,43 +626,3 @@ def split_note(info: CudaTargetInfo) -> str:
         return (f"split-K: not searched; {site.programs} output tiles already fill "
                 f"{info.gpu.sms} SMs\n")
     return f"split-K: searched factors {info._splits()} for {site.programs} output tiles\n"
-
-
-def compiled_metadata(kernel: Any) -> dict[str, Any] | None:
-    """Registers, spills and shared memory of a compiled Triton kernel (the object a launch
-    returns), or None where there is none (the interpreter) or a field is missing. Field
-    names are those of Triton 3.6 and 3.9 (`n_regs`, `n_spills`, `metadata.shared`)."""
-    if kernel is None:
-        return None
-    meta = getattr(kernel, "metadata", None)
-    out = {"n_regs": getattr(kernel, "n_regs", None), "n_spills": getattr(kernel, "n_spills",
-                                                                          None),
-           "shared": getattr(meta, "shared", None) if meta is not None else None}
-    if all(v is None for v in out.values()):
-        return None
-    return {k: (int(v) if isinstance(v, (int, float)) else None) for k, v in out.items()}
-
-
-def recheck(meta: dict[str, dict[str, Any]], gpu: GpuInfo, warps: int,
-            estimate: dict[str, float]) -> str:
-    """Admission re-checked on Triton's compiled metadata: residency from the real registers
-    and shared memory against the estimate that ranked the plan; spills and shared memory
-    over the block limit are flagged (the plan was admitted on an estimate)."""
-    lines = ["compiled (Triton metadata, first launch):"]
-    for name, m in meta.items():
-        regs, spills, shared = m.get("n_regs"), m.get("n_spills"), m.get("shared")
-        real = resident(gpu, warps, shared or 0, regs or int(estimate["regs_per_thread"]))
-        flags = []
-        if spills:
-            flags.append(f"SPILLS {spills} registers: the estimate admitted a plan that "
-                         f"spills")
-        if shared is not None and shared > gpu.smem_per_block:
-            flags.append(f"shared memory {shared} B over the {gpu.smem_per_block} B limit")
-        if real["resident"] != estimate["resident"]:
-            flags.append(f"resident/SM {int(real['resident'])} (estimated "
-                         f"{int(estimate['resident'])})")
-        lines.append(f"  {name}: n_regs={regs}, n_spills={spills}, shared={shared} B; "
-                     f"estimated ~{int(estimate['regs_per_thread'])} regs, "
-                     f"{int(estimate['smem_bytes'])} B; "
-                     + ("; ".join(flags) if flags else "estimate holds"))
-    return "\n".join(lines)
