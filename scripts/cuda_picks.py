@@ -54,7 +54,7 @@ def pick(spec: Spec, options: dict) -> None:
     plan = ck.executable.plan
     consts = {k: v for k, v in ck.constants.items() if k in ex.kernel.tunables}
     policy = options.get("policy")
-    print(f"== {describe(spec)}{' (allow_regrouping)' if policy else ''}: {consts} "
+    print(f"== {describe(spec)}{f' ({policy.describe()})' if policy else ''}: {consts} "
           f"warps {plan.num_warps} stages {plan.num_stages} groups {plan.group_rows}"
           f"{' split_k ' + str(plan.split_k) if plan.split_k > 1 else ''}"
           f"{' element_grid ' + str(plan.element_grid) if plan.element_grid else ''}"
