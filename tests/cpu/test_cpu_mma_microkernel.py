@@ -102,6 +102,24 @@ def test_f64_operands_accumulate_in_f64() -> None:
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_operands_pack_straight_into_f32(dtype: str) -> None:
+    """f16/bf16 operands convert while they are packed; products and sums stay f32."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(13)
+    a32, b32 = _inputs(rng, 70, 45, 53, "offset")
+    if dtype == "f16":
+        a, b = a32.astype(np.float16), b32.astype(np.float16)
+    else:
+        a, b = (torch.from_numpy(np.ascontiguousarray(x)).to(torch.bfloat16) for x in (a32, b32))
+    consts = {"BM": 32, "BN": 32, "BK": 16}
+    c = torch.full((70, 45), float("nan"))
+    want = torch.full((70, 45), float("nan"))
+    gemm(a, b, c, target="cpu", **consts)
+    tn.interpret(gemm, a, b, want, precision="native", **consts)
+    assert torch.equal(c, want)
+
+
 def _contracts(compiled: tn.CompiledKernel) -> bool:
     text = compiled.executable.extras["executable"].fast.compiled.llvm_ir
     return "llvm.fma" in text or "llvm.fmuladd" in text or "contract" in text

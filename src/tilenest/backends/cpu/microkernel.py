@@ -123,7 +123,8 @@ class Microkernel:
 
     # -- packing
     def pack_b(self, bm: Arr, b_k: int, b_n: int, K: int, N: int) -> Operand:
-        """B (K × N, any strides) → panels of NR columns: Bp[p·K·NR + k·NR + j]."""
+        """B (K × N, any strides and dtype) → panels of NR columns of the work type:
+        Bp[p·K·NR + k·NR + j]."""
         em, b = self.em, self.b
         nr, w = self.block.cols, self.block.width
         panels = -(-N // nr)
@@ -142,7 +143,7 @@ class Microkernel:
         def scalar(k: ir.Value, n: ir.Value) -> ir.Value:
             coords = [c64(0)] * 2
             coords[b_k], coords[b_n] = k, n
-            return bm.load(b, coords, None)
+            return sc.cast(b, bm.dtype, self.work, bm.load(b, coords, None))
 
         def row(k: ir.Value) -> None:
             if bm.space == "memory" and contiguous:
@@ -199,7 +200,8 @@ class Microkernel:
                 for r in range(rows):
                     coords = [c64(0)] * 2
                     coords[a_m], coords[a_k] = b.add(m0, c64(r)), k
-                    b.store(a.load(b, coords, None), self._gep(dst, b.add(out, c64(r))))
+                    value = sc.cast(b, a.dtype, self.work, a.load(b, coords, None))
+                    b.store(value, self._gep(dst, b.add(out, c64(r))))
 
             em.loop(0, K, step, name="pak")
 

@@ -29,10 +29,14 @@ def _coords_for(t: TileType, values: dict[int, ir.Value]) -> list[ir.Value]:
     return [values[id(d)] for d in t.dims]
 
 
+def _materialized(em: Emitter, x: Tile) -> Tile:
+    """Operands are read many times: recipes of more than one op are evaluated once."""
+    return em.materialize(x) if isinstance(x, Recipe) and x.cost > 1 else x
+
+
 def _as_work(em: Emitter, x: Tile, work: DType) -> Tile:
-    """Operands read many times: materialize recipes; convert to the work type once."""
-    if isinstance(x, Recipe) and x.cost > 1:
-        x = em.materialize(x)
+    """An operand in the work type (converted once, into a private array)."""
+    x = _materialized(em, x)
     if x.dtype == work:
         return x
     src = x
@@ -58,8 +62,8 @@ def _mma(em: Emitter, op: Op) -> None:
     assert isinstance(ta, TileType) and isinstance(tb, TileType) and isinstance(tc, TileType)
     batch, ms, ns, ks = mma_roles(ta, tb, tc)
     work = accumulation_type(ta.dtype, tb.dtype, tc.dtype)
-    a = _as_work(em, em.tile(op.operands[0]), work)
-    bm = _as_work(em, em.tile(op.operands[1]), work)
+    # The microkernel packs from the operands' own dtype (one pass converts and packs).
+    a, bm = (_materialized(em, em.tile(v)) for v in op.operands[:2])
     acc_value = op.operands[2]
     acc = em.tile(acc_value)
     uniform = a.uniform and bm.uniform and acc.uniform
@@ -75,7 +79,8 @@ def _mma(em: Emitter, op: Op) -> None:
                        lambda bb, c, lane: sc.cast(bb, src.dtype, work, src.load(bb, c, lane)),
                        src.leaves()), out)
     if not _microkernel(em, op, a, bm, out, (batch, ms, ns, ks), work):
-        _ordered(em, a, bm, out, (ta, tb, tc), (batch, ms, ns, ks), work)
+        _ordered(em, _as_work(em, a, work), _as_work(em, bm, work), out, (ta, tb, tc),
+                 (batch, ms, ns, ks), work)
     if tc.dtype != work:
         final = em.new_array(tc.dtype, tc.shape, out.uniform, owner=op.result)
         b = em.b
