@@ -159,3 +159,28 @@ def test_size_rule_streams_long_rows_of_tensors_larger_than_the_llc() -> None:
     in_cache = lower_function(_ir(_softmax_rows, small, small, N=4096), CpuPlan(), 256,
                               assume_no_alias=True).llvm_ir
     assert "!nontemporal" not in in_cache
+
+
+@tn.kernel
+def _tanh_add(X, R, Y, *, BM=4, BN=64):
+    M, N = X.shape
+    gm, gn = tn.axis("gm", tn.cdiv(M, BM)), tn.axis("gn", tn.cdiv(N, BN))
+    m, n = tn.axis("m", BM), tn.axis("n", BN)
+    for nest in tn.parallel(gm, gn):
+        o = (nest.index(gm) * BM, nest.index(gn) * BN)
+        Y.tile(o, (m, n)).store(tn.tanh(X.tile(o, (m, n)).load()) + R.tile(o, (m, n)).load())
+
+
+def test_first_reads_of_dram_sized_tensors_are_not_interleaved() -> None:
+    from tilenest.backends.cpu.plan import last_level_cache_bytes
+
+    rows = last_level_cache_bytes() // (4096 * 4) + 8
+    big = np.zeros((rows, 4096), np.float32)
+    plan = CpuPlan(math_interleave=4)
+    # Each input tile is read once, by the math loop: a DRAM stream.
+    cold = lower_function(_ir(_tanh_add, big, big, big), plan, 256, assume_no_alias=True)
+    assert _loop_hints(cold.llvm_ir) == []
+    # softmax rows: the max pass reads the tile first, the exp loop re-reads it from cache.
+    warm = lower_function(_ir(_softmax_rows, big, big, N=4096), plan, 256,
+                          assume_no_alias=True)
+    assert _loop_hints(warm.llvm_ir)

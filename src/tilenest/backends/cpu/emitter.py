@@ -58,6 +58,7 @@ class Emitter:
         self.status: ir.Value | None = None
         self.errors = errors
         self.nontemporal_stores = False  # set by stores that stream (finish() fences)
+        self.cold_reads = False  # the loops being emitted read cold tensor memory (stores)
 
     # -- storage
     def alloca(self, ty: ir.Type, count: int, name: str = "") -> ir.Value:
@@ -140,9 +141,12 @@ class Emitter:
         chains of dependent roundings; with one vector per iteration the loop is bound by
         that latency, not by the operations (measured on znver3: exp 1.22 -> 0.96 ns/element,
         sigmoid 2.05 -> 1.41 with 4). Interleaving keeps the order of every element's own
-        operations, so results are bitwise the same."""
+        operations, so results are bitwise the same. Loops whose inputs are a first read
+        of DRAM-sized tensors (`Arr.cold`) keep one vector: there the interleaved body
+        measured slower (swiglu 4096^2, 2 threads: 0.85-0.88x), the window is better spent
+        on the next loads."""
         count = self.plan.math_interleave
-        if count <= 1:
+        if count <= 1 or self.cold_reads:
             return
         math = False
         for block in blocks:

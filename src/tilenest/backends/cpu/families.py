@@ -8,8 +8,9 @@ that function and is left out, so the planner's space does not grow for nothing.
 - `math_interleave`: vectors per iteration of the innermost loops that call vector math
   (exp, log, tanh, sigmoid; `vecmath.py`). Those bodies are latency-bound chains of
   roundings; interleaving independent vectors fills the out-of-order window. Every element
-  keeps its own operations in order, so results do not change. Only functions with such a
-  call have the choice.
+  keeps its own operations in order, so results do not change. Loops that are the first
+  read of a tensor larger than the LLC keep one vector whatever the value (measured slower
+  interleaved). Only functions with such a call have the choice.
 - `nontemporal_stores`: how stores reach tensors. `False`: ordinary (cached) stores in the
   vectorized loop. `True`: rows are staged in an L1 buffer and copied with aligned vector
   non-temporal stores, which skip the read-for-ownership of every output line (one memory

@@ -43,6 +43,9 @@ class Arr:
     space: str = "private"        # "private" (storage types) | "memory" (tensor types)
     owner: object = None          # the IR value whose storage this is (None for views)
     nontemporal: bool = False     # stores bypass the cache (large outputs written once)
+    # A view of a tensor larger than the LLC read once, by one consumer: its loop is the
+    # first touch of that memory (a DRAM stream), not a re-read of cache-resident data.
+    cold: bool = False
 
     @property
     def uniform(self) -> bool:

@@ -113,7 +113,10 @@ def _load(em: Emitter, op: Op) -> None:
     t = op.result.type
     assert isinstance(t, TileType)
     if region.proven and region.uniform and em.facts.may_stream(op):
-        em.env[op.result] = region.memory_view(None)
+        view = region.memory_view(None)
+        view.cold = (len(em.facts.uses.users(op.result)) == 1
+                     and tensor_bytes(region.tensor) > last_level_cache_bytes())
+        em.env[op.result] = view
         return
     dst = em.new_array(t.dtype, t.shape, region.uniform, owner=op.result)
     fill = sc.const(t.dtype, op.attrs["fill"])
@@ -145,6 +148,7 @@ def _store(em: Emitter, op: Op) -> None:
     value: Tile = em.tile(op.operands[-1])
     b = em.b
     streamed = _streams(em, region)
+    cold = any(getattr(leaf, "cold", False) for leaf in value.leaves())
 
     def one_lane(lane: ir.Value | None) -> None:
         dst = region.memory_view(lane)
@@ -161,7 +165,9 @@ def _store(em: Emitter, op: Op) -> None:
             return
         em.for_each(region.extents, True, put, bounds=bounds)
 
+    outer_cold, em.cold_reads = em.cold_reads, cold
     region.per_lane(one_lane)
+    em.cold_reads = outer_cold
 
 
 # ---------------------------------------------------------------------- streaming stores
