@@ -303,6 +303,31 @@ def _markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write(stem: Path, cases: list[dict[str, Any]], rounds: int, start: float,
+           load_start: float, when: str | None = None) -> str:
+    """`stem`.json and `stem`.md for the cases so far; the markdown text."""
+    from tilenest.backends.cpu.cost import CpuCostPolicy, cache_bytes
+
+    report = {"when": when or time.strftime("%Y%m%dT%H%M%S") + " (partial)",
+              "machine": machine_info(), "rounds": rounds,
+              "policy": f"CpuCostPolicy {CpuCostPolicy().coefficients()} (L1, L2 bytes "
+                        f"{cache_bytes()})", "cases": cases,
+              "wall_s": time.perf_counter() - start,
+              "load_average": [load_start, os.getloadavg()[0]],
+              "median_seed_assignment_regret": statistics.median(
+                  c["seed_assignment_regret"] for c in cases),
+              "median_assignment_regret": statistics.median(
+                  c["assignment_regret"] for c in cases),
+              "median_regret": statistics.median(c["regret"] for c in cases)}
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(report, indent=1, default=lambda o: asdict(o) if hasattr(
+        o, "__dataclass_fields__") else str(o))
+    md = _markdown(report)
+    stem.with_suffix(".json").write_text(text)
+    stem.with_suffix(".md").write_text(md)
+    return md
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default=None)
@@ -326,27 +351,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"{case['assignment_regret']:.3f} (rank {case['best_assignment_model_rank']}"
                   f"); realizations regret {case['regret']:.3f} "
                   f"({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
-    from tilenest.backends.cpu.cost import CpuCostPolicy, cache_bytes
-
+            _write(Path(args.out) / "planner-regret-partial", cases, args.rounds, start,
+                   load_start)  # a run cut short keeps what it measured
     when = time.strftime("%Y%m%dT%H%M%S")
-    report = {"when": when, "machine": machine_info(), "rounds": args.rounds,
-              "policy": f"CpuCostPolicy {CpuCostPolicy().coefficients()} (L1, L2 bytes "
-                        f"{cache_bytes()})", "cases": cases,
-              "wall_s": time.perf_counter() - start,
-              "load_average": [load_start, os.getloadavg()[0]],
-              "median_seed_assignment_regret": statistics.median(
-                  c["seed_assignment_regret"] for c in cases),
-              "median_assignment_regret": statistics.median(
-                  c["assignment_regret"] for c in cases),
-              "median_regret": statistics.median(c["regret"] for c in cases)}
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(report, indent=1, default=lambda o: asdict(o) if hasattr(
-        o, "__dataclass_fields__") else str(o))
-    md = _markdown(report)
+    md = ""
     for stem in (f"planner-regret-{when}", "planner-regret-latest"):
-        (out / f"{stem}.json").write_text(text)
-        (out / f"{stem}.md").write_text(md)
+        md = _write(out / stem, cases, args.rounds, start, load_start, when)
+    (out / "planner-regret-partial.json").unlink(missing_ok=True)
+    (out / "planner-regret-partial.md").unlink(missing_ok=True)
     print(md)
     return 0
 

@@ -5,8 +5,10 @@ median wall time over repeats, explored count, status.
 Then the seed GEMM (examples/gemm.py) with its tunables, planned cold as a plain call plans
 it (issue 9: <= 150 ms on cpu, captures included): each repeat wraps the kernel anew (no
 captured function, no plan cached), with the backend modules already imported; the first
-repeat also pays the kernel's one-time source rewrite. Code generation is not timed. The
-cuda line plans for the static H200 description when the cuda backend imports here.
+repeat also pays the kernel's one-time source rewrite and the first read of its source file.
+Code generation is not timed. Wall and process CPU time are printed with the load average:
+on a shared machine CPU time is the steadier number. The cuda line plans for the static
+H200 description when the cuda backend imports here.
 
     PYTHONPATH=. .venv/bin/python benchmarks/planner_speed.py
 """
@@ -56,6 +58,8 @@ def _gemm_planning(target: str) -> tuple[list[float], list[float], object]:
 
 def gemm_lines() -> None:
     import tilenest.backends.cpu.lower  # noqa: F401 - import cost is not planning
+    import tilenest.backends.cpu.target  # noqa: F401
+    import tilenest.plan.explain  # noqa: F401
 
     targets = ["cpu"]
     try:
