@@ -275,7 +275,7 @@ class CpuTargetInfo:
         return tuple(out)
 
     def cost_policy(self) -> CostPolicy:
-        return CpuCostPolicy()
+        return CpuCostPolicy(vector_registers=32 if self.vector_bits >= 512 else 16)
 
     def complete(self, fn: Function, candidate: Candidate) -> Candidate:
         """Fill in A (per-mma atoms), Theta and R's representation table (the tables depend
@@ -336,11 +336,12 @@ def _constraints(options: dict[str, Any], width: int) -> tuple[Constraints, bool
 
 def plan_cpu(fn: Function, options: dict[str, Any]):  # -> (PlanningResult, CpuTargetInfo)
     """Run the planner for `fn` on the host CPU under `options` (no JIT)."""
-    width = packet_width()
+    vector_bits = host_info().vector_bits
+    width = max(1, vector_bits // 32)  # packet_width(), without a second host lookup
     policy = as_policy(options.get("policy"))
     cons, fma = _constraints(options, width)
     workers = cons.get("num_threads") or env_num_threads()
-    info = CpuTargetInfo(width, workers, host_info().vector_bits, cons, fma_requested=fma,
+    info = CpuTargetInfo(width, workers, vector_bits, cons, fma_requested=fma,
                          allow_fma=policy.allow_fma, partitions=default_partitions(fn))
     opts = planner_options(options, cons)
     return plan(fn, info, opts), info
