@@ -14,8 +14,8 @@ from examples.common import Case, Example
 
 
 @tn.kernel
-def gemm(A, B, C, *, BM=tn.tunable(64, 128, 32, 256), BN=tn.tunable(64, 128, 256),
-         BK=tn.tunable(32, 64, 16)):
+def gemm(A, B, C, *, BM=tn.tunable(64, 128, 32, 256, 16), BN=tn.tunable(64, 128, 256, 32),
+         BK=tn.tunable(32, 64, 128, 256)):
     M, K = A.shape
     N = B.shape[1]
     gm, gn = tn.axis("gm", tn.cdiv(M, BM)), tn.axis("gn", tn.cdiv(N, BN))

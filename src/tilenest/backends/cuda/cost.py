@@ -19,7 +19,10 @@ operand kind, and the padded (m, n) of each `mma` with its flop share:
                  program's compute per trip at the SM's rate)
     memory     = (bytes - shared_bytes) * dram_fraction / bandwidth  (shared_bytes: loads
                  at addresses independent of the program, re-read from L2 after the first)
-    phase      = max(throughput, latency, memory) + rounds * program_s / resident + launch_s
+    shallow    = waves * trips * resident * (bytes / programs / trips) / (l2_bandwidth / SMs)
+                 when stages == 2 (one load in flight: the transfer is not hidden), else 0
+    phase      = max(throughput, latency, memory) + shallow + rounds * program_s / resident
+                 + launch_s
 and once per call `copy` = padded/K-major copy bytes / bandwidth + launch_s per copy.
 `total` is the sum of the phases and the copy: a roofline, not the sum of the terms.
 `wave_tail` (the throughput share of the last, partial round) is reported, not added.
@@ -66,7 +69,7 @@ H200_RATES: dict[str, float] = {
     #                             epilogue issue, overlapped by co-resident programs (a lead)
 }
 TERMS = ("memory", "l2", "dot", "misaligned", "k_strided", "step", "wave_tail", "latency",
-         "programs", "launch", "copy")
+         "shallow", "programs", "launch", "copy")
 UNIT = "model seconds on the target's facts (relative until calibrated)"
 
 
@@ -171,13 +174,22 @@ class GpuCostPolicy(CostPolicy):
             # programs' compute queues behind each other.
             per_trip = lat + resident * sms * work / programs / max(trips, 1.0)
         latency = waves * (trips * per_trip + lat)
+        # Two stages keep one load in flight: each trip's operand transfer, at the SM's
+        # share of the L2 bandwidth, is not hidden (H200, f16 4096^3: BM256 BN128 BK128
+        # s2 0.307 ms where the roofline said 0.198, BM128 BN256 BK64 s3 0.188; flash
+        # attention BM128 BN128 s2 2.90 ms against 2.68 for s3).
+        shallow = 0.0
+        if s.get("stages", 1.0) == 2.0 and trips:
+            trip_bytes = s["bytes"] / programs / trips
+            shallow = waves * trips * resident * trip_bytes / max(
+                w["l2_bandwidth"] / sms, 1e-30)
         launch = w["launch_s"]
         per_program = rounds * w["program_s"] / resident
-        time = max(throughput, latency, memory) + per_program + launch
+        time = max(throughput, latency, memory) + shallow + per_program + launch
         return {"memory": memory, "l2": l2, "dot": dot, "misaligned": misaligned,
                 "k_strided": strided, "step": step, "wave_tail": tail,
-                "latency": latency, "programs": per_program, "launch": launch,
-                "time": time}
+                "latency": latency, "shallow": shallow, "programs": per_program,
+                "launch": launch, "time": time}
 
     def evaluate(self, candidate: object, work: ScheduledWork) -> CostBreakdown:
         got = self._priced.get(id(work.schedule))
