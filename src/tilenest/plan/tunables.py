@@ -32,7 +32,7 @@ from typing import Any
 from tilenest.errors import TileError
 from tilenest.plan.search import PROVEN, PlanningError
 
-ASSIGNMENT_BUDGET = 64
+ASSIGNMENT_BUDGET = 128
 DOMINATED = "dominated"
 _PROVEN = {"capture"} | {c.value for c in PROVEN}
 
