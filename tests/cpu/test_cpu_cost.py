@@ -137,3 +137,42 @@ def test_costs_are_relative_work_and_every_term_is_non_negative() -> None:
         assert s.cost.unit == "relative work (uncalibrated)"
         assert all(v >= 0 and math.isfinite(v) for _, v in s.cost.terms)
         assert math.isclose(sum(v for _, v in s.cost.terms), s.cost.total)
+
+
+@tn.kernel
+def tile_add(X, R, Y, *, BM=8, BN=64):
+    M, N = X.shape
+    gm, gn = tn.axis("gm", tn.cdiv(M, BM)), tn.axis("gn", tn.cdiv(N, BN))
+    m, n = tn.axis("m", BM), tn.axis("n", BN)
+    for nest in tn.parallel(gm, gn):
+        origin = (nest.index(gm) * BM, nest.index(gn) * BN)
+        Y.tile(origin, (m, n)).store(X.tile(origin, (m, n)).load()
+                                     + R.tile(origin, (m, n)).load())
+
+
+def test_work_counts_the_rows_a_packet_streams() -> None:
+    x = np.ones((64, 256), np.float32)
+    fn = tile_add.ir(x, x, np.empty_like(x), BM=8, BN=64)
+    ph = extract_work(fn, (0, 1), "packet-local", W).phases[0]
+    assert ph.streams == 3 * 8                             # 8 rows of X, R and Y
+    assert ph.stream_bytes == 3 * 8 * 64 * 4               # rows of 256 bytes
+    fn = row_scale.ir(x, np.empty_like(x), ROWS=2)
+    assert extract_work(fn, (0,), "packet-local", W).phases[0].streams == 2 * 2
+
+
+def test_many_short_row_streams_pay_past_the_last_level_cache() -> None:
+    x = np.ones((256, 1024), np.float32)                    # 1 MiB per array
+    streamed = CpuCostPolicy(llc=64 << 10)                  # as if it did not fit the LLC
+    resident = CpuCostPolicy(llc=64 << 20)
+    cost = {}
+    for bm, bn in ((1, 512), (2, 256), (8, 128), (32, 128), (32, 32)):
+        fn = tile_add.ir(x, x, np.empty_like(x), BM=bm, BN=bn)
+        cost[bm, bn] = plan_cpu(fn, {"cost_policy": streamed})[0].selected.cost
+        warm = plan_cpu(fn, {"cost_policy": resident})[0].selected.cost
+        assert warm.term("stream") == 0                     # L3 serves every stream
+    assert cost[1, 512].term("stream") == 0                 # 3 streams: prefetched
+    assert 0 < cost[2, 256].term("stream") < cost[8, 128].term("stream") \
+        < cost[32, 128].term("stream") < cost[32, 32].term("stream")
+    assert cost[1, 512].total < cost[8, 128].total < cost[32, 128].total
+    mm = tile_mm.ir(*_mm_args(512, 512, 64), BM=64, BN=64, BK=32)
+    assert plan_cpu(mm, {"cost_policy": streamed})[0].selected.cost.term("stream") == 0

@@ -118,8 +118,8 @@ def test_cost_terms_follow_the_seed_formula() -> None:
     result, _ = plan_cpu(_fn(scale2d, x, y), {})
     for s in result.candidates:
         terms = dict(s.cost.terms)
-        assert set(terms) == {"arithmetic", "memory", "register", "cache", "dispatch",
-                              "imbalance", "task", "activation"}
+        assert set(terms) == {"arithmetic", "memory", "register", "cache", "stream",
+                              "dispatch", "imbalance", "task", "activation"}
         assert math.isclose(sum(terms.values()), s.cost.total)
         assert terms["task"] == 0 and terms["activation"] == 0  # seed default weights
         assert terms["register"] == 0  # no mma: no operand traffic to price

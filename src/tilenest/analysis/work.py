@@ -54,6 +54,11 @@ class PhaseWork:
     # `mma` as (M, N, K, repetition): the tile shapes that cost models price.
     tile_bytes: float = 0.0
     mma_tiles: tuple[tuple[int, int, int, float], ...] = ()
+    # Concurrent row streams of one packet: the contiguous rows its loads and stores touch
+    # (a BM x BN tile of each of three arrays: 3 BM), and their bytes (row length: bytes /
+    # streams); the hardware prefetchers and the TLB follow only so many at once.
+    streams: float = 0.0
+    stream_bytes: float = 0.0
 
     def memory_counts(self) -> dict[str, float]:
         return {"broadcast": self.broadcast, "contiguous": self.contiguous,
@@ -78,6 +83,7 @@ class _Counter:
         self.max_rep = 1
         self.tile_bytes = 0.0
         self.mma_tiles: list[tuple[int, int, int, float]] = []
+        self.streams = self.stream_bytes = 0.0
         self.dense = False  # inside a regroupable reduction vectorized along its domain
 
     def vec(self, shape: tuple[int, ...]) -> float:
@@ -89,8 +95,9 @@ class _Counter:
         return float(prod(shape[:-1]) * -(-shape[-1] // self.width))
 
     def access(self, shape: tuple[int, ...], slope: int | None, inner_stride: int | None,
-               rep: int) -> None:
+               rep: int, itemsize: int = 4) -> None:
         numel = prod(shape)
+        self.row_streams(shape, slope, inner_stride, itemsize)
         if self.kind == PROGRAM_PER_LANE:
             tail = self.inner_root_extent % self.width != 0
             scale = rep * (2 if tail else 1)
@@ -110,6 +117,28 @@ class _Counter:
             self.contig += self.vec(shape) * scale
         else:
             self.gather += numel * scale
+
+
+    def row_streams(self, shape: tuple[int, ...], slope: int | None,
+                    inner_stride: int | None, itemsize: int) -> None:
+        """Count the access's contiguous rows (once: a loop re-reading a tile follows the
+        same rows) as concurrent streams of the packet."""
+        numel = prod(shape)
+        if self.kind == PROGRAM_PER_LANE:
+            if slope is not None and abs(slope) == 1:  # the lanes' elements are adjacent
+                rows, length = float(numel), self.width
+            elif slope == 0:
+                return
+            else:
+                rows, length = float(numel * self.width), 1
+        else:
+            inner = shape[-1] if shape else 1
+            if inner == 1 or inner_stride == 0:
+                return
+            rows, length = (float(numel // inner), inner) if inner_stride == 1 else \
+                (float(numel), 1)
+        self.streams += rows
+        self.stream_bytes += rows * length * itemsize
 
 
 class _Slopes:
@@ -194,7 +223,7 @@ def _walk(ops: list[Op], rep: int, c: _Counter, slopes: _Slopes, inner_axis: int
             assert isinstance(t, TileType)
             region = tuple(e for e in op.attrs["shape"] if e is not None)
             slope, inner_stride = _region_access(op, tensor, slopes, inner_axis)
-            c.access(region, slope, inner_stride, rep)
+            c.access(region, slope, inner_stride, rep, tensor.dtype.itemsize)
             if name == "load":
                 c.snap += c.vec(t.shape) * rep
                 c.tile_bytes += t.size * t.dtype.itemsize
@@ -258,6 +287,7 @@ def extract_work(fn: Function, root_axis_order: tuple[int, ...] | None, distribu
         lanes = packet_width if per_lane else 1
         phases.append(PhaseWork(str(op.loc) if op.loc else "parallel", programs, packets,
                                 c.arith, c.bcast, c.contig, c.gather, c.snap, c.indexed,
-                                c.mma, c.max_rep, c.tile_bytes * lanes, tuple(c.mma_tiles)))
+                                c.mma, c.max_rep, c.tile_bytes * lanes, tuple(c.mma_tiles),
+                                c.streams, c.stream_bytes))
     return ExecutionWork(tuple(phases), packet_width, distribution,
                          tuple(root_axis_order or ()))

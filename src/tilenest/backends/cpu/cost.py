@@ -17,6 +17,23 @@ extended with the terms that price tile shapes (issue 9):
   working set (its loaded, carried and accumulated tiles), and each `mma`'s re-read streams
   against their own footprint (microkernel: the B panel per row panel, packed A per column
   panel, the output tile per call; ordered: the B tile per row).
+- `stream`: the rows a packet streams at once (its loads' and stores' contiguous rows: a
+  BM x BN tile of three arrays is 3 BM streams; `PhaseWork.streams`). The hardware
+  prefetchers follow only so many streams (`prefetch_streams`); past them the share
+  1 - prefetch_streams / streams of the rows is cold: every cold row chunk pays a restart
+  (`cold_row`, the demand misses before a prefetcher locks on again), and each of its lines
+  pays `cold_line` scaled by how much shorter than a page the chunk is (a chunk of a whole
+  page or more streams on). Only phases whose bytes exceed the last-level cache pay it, by
+  the share of their footprint past it (rows served by L3 ran as fast with 96 streams as
+  with 3 in the regret benchmark's cache-warm cases), and not `mma` phases (their operands
+  are packed and re-read from cache: the cache and register terms price them). Measured
+  on a 2-core znver3 (swiglu and gelu_residual 2048x4096, interleaved medians, rotating
+  inputs over the LLC, 1 and 2 threads): 3 to 12 streams per tile ran within 1.4x of the
+  best, 24 to 192 at 1.3x to 4.6x, worse for shorter chunks; rows of a whole page
+  (softmax and the norms at N=1024) lose <= 11% at 16-32 streams. The coefficients are a
+  rough least-squares fit to that sweep (threshold 4: it fits the many-stream end worse
+  than 8 and the few-stream end, where the picks are, better): relative work, uncalibrated
+  elsewhere.
 - `dispatch` also charges a fixed overhead per packet (program prologue, tile addressing),
   so tiny tiles pay for their count; `imbalance` charges the critical path's excess at the
   full per-packet cost, cache and register terms included.
@@ -43,19 +60,32 @@ SEED_WEIGHTS: dict[str, float] = {"arithmetic": 1.0, "broadcast": 1.0, "contiguo
                                   "gathered": 2.0, "block": 128.0, "task": 0.0,
                                   "activation": 0.0}
 SHAPE_WEIGHTS: dict[str, float] = {"register": 1.0, "spill": 2.0, "l2_line": 2.0,
-                                   "l3_line": 8.0, "packet": 16.0}
+                                   "l3_line": 8.0, "packet": 16.0, "prefetch_streams": 4.0,
+                                   "cold_row": 54.0, "cold_line": 3.0}
 WEIGHTS: dict[str, float] = {**SEED_WEIGHTS, **SHAPE_WEIGHTS}
-TERMS = ("arithmetic", "memory", "register", "cache", "dispatch", "imbalance", "task",
-         "activation")
+TERMS = ("arithmetic", "memory", "register", "cache", "stream", "dispatch", "imbalance",
+         "task", "activation")
 SEED_TERMS = ("arithmetic", "memory", "dispatch", "imbalance", "task", "activation")
 LINE_BYTES = 64
+PAGE_BYTES = 4096
 WORK_BYTES = 4  # mma operands are read in their f32 work type
 
 
 @cache
 def cache_bytes() -> tuple[int, int]:
     """Per-core L1 data and L2 sizes from sysfs (32 KiB and 512 KiB when unknown)."""
-    sizes = {1: 32 << 10, 2: 512 << 10}
+    sizes = _cache_levels()
+    return sizes[1], sizes[2]
+
+
+@cache
+def llc_bytes() -> int:
+    """The last-level (L3) cache size from sysfs (32 MiB when unknown)."""
+    return _cache_levels()[3]
+
+
+def _cache_levels() -> dict[int, int]:
+    sizes = {1: 32 << 10, 2: 512 << 10, 3: 32 << 20}
     root = Path("/sys/devices/system/cpu/cpu0/cache")
     for index in sorted(root.glob("index*")) if root.exists() else ():
         try:
@@ -71,7 +101,7 @@ def cache_bytes() -> tuple[int, int]:
             sizes[level] = int(text.rstrip("KM")) * scale
         except ValueError:
             continue
-    return sizes[1], sizes[2]
+    return sizes
 
 
 # (vector registers, FMA allowed) -> (MR, V): the register block the microkernel atom uses
@@ -132,10 +162,14 @@ class CpuCostPolicy(CostPolicy):
         r = w_register * mma operand ops + w_spill * spilled updates
         c = lines moved * (w_l2_line * miss(L1) + w_l3_line * miss(L2)),
             miss(S) = max(0, 1 - S / working set)
+        t = cold * (w_cold_row * streams + w_cold_line * stream lines * short)
+            * max(0, 1 - LLC / (streamed bytes * Q)),   (mma phases: t = 0)
+            cold = max(0, 1 - w_prefetch_streams / streams),
+            short = max(0, 1 - stream bytes / streams / page)
         arithmetic = a * Q / h     memory = m * Q / h     register = r * Q / h
-        cache      = c * Q / h
+        cache      = c * Q / h        stream = t * Q / h
         dispatch   = w_block * critical_blocks + w_packet * critical_packets
-        imbalance  = max(0, critical_packets - Q / h) * (a + m + r + c)
+        imbalance  = max(0, critical_packets - Q / h) * (a + m + r + c + t)
         task       = w_task * critical_tasks
         activation = w_activation if h > 1 else 0
     """
@@ -143,7 +177,8 @@ class CpuCostPolicy(CostPolicy):
     name = "cpu analytic prior (seed 004 + tile shapes)"
 
     def __init__(self, *, vector_registers: int | None = None,
-                 cache_sizes: tuple[int, int] | None = None, **weights: float) -> None:
+                 cache_sizes: tuple[int, int] | None = None, llc: int | None = None,
+                 **weights: float) -> None:
         unknown = set(weights) - set(WEIGHTS)
         if unknown:
             raise ArgumentError(f"unknown cost weights {sorted(unknown)}; known: "
@@ -155,6 +190,7 @@ class CpuCostPolicy(CostPolicy):
             vector_registers = 32 if host_info().vector_bits >= 512 else 16
         self.vector_registers = vector_registers
         self.l1, self.l2 = cache_sizes or cache_bytes()
+        self.llc = llc_bytes() if llc is None else llc
 
     def coefficients(self) -> Mapping[str, float]:
         return dict(self.weights)
@@ -165,6 +201,21 @@ class CpuCostPolicy(CostPolicy):
         w = self.weights
         return (w["l2_line"] * max(0.0, 1.0 - self.l1 / working_set)
                 + w["l3_line"] * max(0.0, 1.0 - self.l2 / working_set))
+
+    def _streams(self, ph: Any) -> float:
+        """t: one packet's cold-stream work (its rows past what the prefetchers follow)."""
+        w = self.weights
+        streams = ph.streams
+        if ph.mma_tiles or streams <= 0:
+            return 0.0
+        cold = max(0.0, 1.0 - w["prefetch_streams"] / streams)
+        footprint = ph.stream_bytes * ph.packets
+        if cold <= 0 or footprint <= self.llc:
+            return 0.0
+        short = max(0.0, 1.0 - ph.stream_bytes / streams / PAGE_BYTES)
+        lines = ph.stream_bytes / LINE_BYTES
+        return (cold * (w["cold_row"] * streams + w["cold_line"] * lines * short)
+                * (1.0 - self.llc / footprint))
 
     def _per_packet(self, ph: Any, s: Mapping[str, float], width: int, per_lane: bool,
                     atom: str) -> tuple[float, float, float, float]:
@@ -203,14 +254,17 @@ class CpuCostPolicy(CostPolicy):
         totals = dict.fromkeys(TERMS, 0.0)
         for ph, s in zip(work.work.phases, work.schedule, strict=True):
             a, m, r, c = self._per_packet(ph, s, width, per_lane, atom)
+            t = self._streams(ph)
             q, h = s["packets"], s["workers"]
             totals["arithmetic"] += a * q / h
             totals["memory"] += m * q / h
             totals["register"] += r * q / h
             totals["cache"] += c * q / h
+            totals["stream"] += t * q / h
             totals["dispatch"] += (w["block"] * s["critical_blocks"]
                                    + w["packet"] * s["critical_packets"])
-            totals["imbalance"] += max(0.0, s["critical_packets"] - q / h) * (a + m + r + c)
+            totals["imbalance"] += (max(0.0, s["critical_packets"] - q / h)
+                                    * (a + m + r + c + t))
             totals["task"] += w["task"] * s["critical_tasks"]
             totals["activation"] += w["activation"] if h > 1 else 0.0
         return CostBreakdown.of(totals)
@@ -230,7 +284,7 @@ class CpuCostPolicy(CostPolicy):
             if q <= 0:
                 continue
             a, m, r, c = self._per_packet(ph, s, width, per_lane, atom)
-            total += ((a + m + r + c) * q / h + w["block"] + w["packet"] * q / h
+            total += ((a + m + r + c + self._streams(ph)) * q / h + w["block"] + w["packet"] * q / h
                       + w["task"])
         return total * (1.0 - 1e-12)  # never above an evaluated total by rounding
 
