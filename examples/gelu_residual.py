@@ -22,7 +22,8 @@ def gelu_tanh(x):
 
 
 @tn.kernel
-def gelu_residual(X, R, Y, *, BM=tn.tunable(16, 8, 32, 64), BN=tn.tunable(32, 64, 128)):
+def gelu_residual(X, R, Y, *, BM=tn.tunable(16, 1, 2, 4, 8),
+                  BN=tn.tunable(32, 64, 128, 256, 512)):
     M, N = X.shape
     gm, gn = tn.axis("gm", tn.cdiv(M, BM)), tn.axis("gn", tn.cdiv(N, BN))
     m, n = tn.axis("m", BM), tn.axis("n", BN)
