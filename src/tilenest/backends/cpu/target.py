@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import resource as _rlimit
-from dataclasses import fields
+from dataclasses import fields, replace
 from functools import cache
 from typing import Any
 
@@ -102,6 +102,19 @@ def home_chunks(packets: int, blocks: int, grain: int, workers: int,
 
 
 # ------------------------------------------------------------------------- target info
+
+
+def measurement_plan(p: CpuPlan) -> CpuPlan:
+    """The plan whose fallback module `resources` emits: `p` with a 1 x 1 register block.
+    The block's shape (MR rows x V vectors of W lanes) shapes only the microkernel's loops
+    and its unrolled block code, never its storage: A packs to M x K elements whatever MR
+    is, and B to panels of V x W columns whose total, (panels - 1) x K x V x W plus the last
+    panel's K x ceil(tail / W) x W, is K x ceil(N / W) x W whatever V is. So the allocation
+    sites are exactly those of `p`'s own module (tests/cpu/test_cpu_resources.py), and the
+    emission (mostly the unrolled MR x V blocks) is several times cheaper."""
+    if (p.microkernel_rows, p.microkernel_vectors) == (1, 1):
+        return p
+    return replace(p, microkernel_rows=1, microkernel_vectors=1)
 
 
 def _type_bytes(t: ir.Type) -> int:
@@ -243,7 +256,8 @@ class CpuTargetInfo:
         lanes = candidate.distribution.programs_per_packet
         if lanes not in self._resources:
             p = self.realize(candidate)
-            emitted = emit_module(fn, p, self.vector_bits, assume_no_alias=False)
+            emitted = emit_module(fn, measurement_plan(p), self.vector_bits,
+                                  assume_no_alias=False)
             sites = [AllocationSite(f.name, instr.allocated_type.count,
                                     _type_bytes(instr.allocated_type.element))
                      for f in emitted.module.functions for block in f.blocks
