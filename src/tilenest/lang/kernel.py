@@ -408,6 +408,9 @@ class Kernel:
             return CompiledKernel(self, rkey, exe, options)
         search, best = self._search(tensors, key, consts, tgt, options)
         if best is None:
+            if search.outcomes and all(o.category == "capture" for o in search.outcomes):
+                # No assignment captures: the user's error is the first one's, at its line.
+                self._function(tensors, key[0], _with_defaults(consts))
             raise BackendError(f"no assignment of the tunables of `{self.name}` can be planned "
                                f"on {tgt}\n{search.describe()}", loc=None)
         exe = preparer(tgt)(best.fn, options, planned=best.planned)
