@@ -43,3 +43,14 @@ def test_assignments_that_capture_are_planned():
     ck(x, y)
     np.testing.assert_array_equal(y, 2 * x)
     assert "capture" in ck.explain()
+
+
+def test_captured_constants_keep_declaration_order():
+    from examples.layernorm import layernorm
+
+    x = np.ones((4, 8), np.float32)
+    w, b, y = np.ones(8, np.float32), np.zeros(8, np.float32), np.zeros((4, 8), np.float32)
+    k = tn.kernel(layernorm.fn)  # a fresh Kernel: no Function cached by another test
+    first = k.compile(x, w, b, y, target="cpu", EPS=1e-5, ROWS=8)
+    assert list(first.ir.consts) == ["ROWS", "EPS"]
+    assert list(k.ir(x, w, b, y, ROWS=8).consts) == ["ROWS", "EPS"]

@@ -324,7 +324,11 @@ class Kernel:
             self._rewritten = rewrite_function(self.fn, is_kernel=True)
         params = [Param(n, Value(described[n].type, None, i, n))
                   for i, n in enumerate(self.tensor_params)]
-        fn = Function(self.name, params, dict(consts), Region())
+        # Declaration order, whatever order the call named them in: the Function is
+        # cached per key and shared by later calls.
+        order = {n: i for i, n in enumerate(self.const_params)}
+        ordered = dict(sorted(consts.items(), key=lambda kv: order.get(kv[0], len(order))))
+        fn = Function(self.name, params, ordered, Region())
         views = [TensorView(p.name, p.value) for p in params]
         with capturing(fn):
             try:
