@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import linecache
+import os
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
-from tilenest.errors import CaptureError, user_loc
+from tilenest.errors import CaptureError, is_internal
 from tilenest.ir.core import Builder, Function, Op, Region, SourceLoc, Value
 from tilenest.ir.types import Dim, ValueType
 
@@ -66,4 +70,26 @@ def emit(
         for d in getattr(t, "dims", ()):
             state.note_dim(d)
     return state.builder.create(name, operands, result_types, attrs, regions,
-                                loc if loc is not None else user_loc())
+                                loc if loc is not None else caller_loc(sys._getframe(1)))
+
+
+# `is_internal` per absolute file name: it depends on nothing else, and capture asks it for
+# every frame between each op and the user's line (a third of a capture's time, uncached).
+_INTERNAL: dict[str, bool] = {}
+
+
+def caller_loc(start: FrameType | None) -> SourceLoc | None:
+    """`tilenest.errors.user_loc(start)`: the innermost user frame's file, line and text."""
+    frame = start
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        internal = _INTERNAL.get(filename)
+        if internal is None:
+            internal = is_internal(filename)
+            if os.path.isabs(filename):  # a relative name resolves against the cwd
+                _INTERNAL[filename] = internal
+        if not internal:
+            lineno = frame.f_lineno
+            return SourceLoc(filename, lineno, linecache.getline(filename, lineno).rstrip("\n"))
+        frame = frame.f_back
+    return None

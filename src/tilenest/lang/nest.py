@@ -11,11 +11,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from tilenest.errors import CaptureError, ShapeError, user_loc
+from tilenest.errors import CaptureError, ShapeError
 from tilenest.ir.core import Op, Region, SourceLoc
 from tilenest.ir.ops import REDUCE_ORDERS
 from tilenest.ir.types import INDEX, Dim
-from tilenest.lang.context import CaptureState, current
+from tilenest.lang.context import CaptureState, caller_loc, current
 from tilenest.lang.dims import Axis
 from tilenest.lang.policies import ExecPolicy
 from tilenest.lang.values import Index, Tile, unify
@@ -240,7 +240,7 @@ class RegionIter:
 
     def __init__(self, kind: str, domain: tuple[Any, ...], attrs: dict[str, Any],
                  parent: Nest | None, policy: ExecPolicy | None = None) -> None:
-        self.loc = user_loc(sys._getframe(2))
+        self.loc = caller_loc(sys._getframe(2))
         axes, dom_policy = parse_domain(domain, f"tn.{kind}")
         policy = policy or dom_policy
         if policy is not None:

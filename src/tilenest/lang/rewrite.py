@@ -17,6 +17,7 @@ import linecache
 import sys
 import textwrap
 from collections.abc import Callable
+from types import CodeType
 from typing import Any
 
 from tilenest.errors import CaptureError
@@ -229,18 +230,23 @@ def _drop_definition_time_expressions(args: ast.arguments) -> None:
             a.annotation = None
 
 
-def rewrite_function(fn: Callable[..., Any], is_kernel: bool = False) -> Callable[..., Any]:
-    """The function with its loops rewritten; the original if its source is unavailable.
+# The compiled factory module per (code object, is_kernel): source reading, parsing, the
+# rewrite and `compile` depend on nothing else, and each new Kernel of one Python function
+# (`tn.kernel(f.fn)`, a kernel defined in a loop) would otherwise repeat them.
+_FACTORIES: dict[tuple[CodeType, bool], CodeType | None] = {}
 
-    For a kernel (`is_kernel`), `return <value>` also reports its own line."""
+
+def _factory_code(fn: Callable[..., Any], is_kernel: bool) -> CodeType | None:
+    """The compiled module defining the rewritten function's factory, or None when the
+    source is unavailable or is not a plain `def`."""
     try:
         source = inspect.getsource(fn)
     except (OSError, TypeError):
-        return fn
+        return None
     tree = ast.parse(textwrap.dedent(source))
     fdef = tree.body[0]
     if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return fn
+        return None
     fdef.decorator_list = []
     _drop_definition_time_expressions(fdef.args)
     fdef.returns = None
@@ -263,7 +269,20 @@ def rewrite_function(fn: Callable[..., Any], is_kernel: bool = False) -> Callabl
     ast.copy_location(factory, fdef)
     module = ast.Module([factory], [])
     ast.fix_missing_locations(module)
-    compiled = compile(module, code.co_filename, "exec")
+    return compile(module, code.co_filename, "exec")
+
+
+def rewrite_function(fn: Callable[..., Any], is_kernel: bool = False) -> Callable[..., Any]:
+    """The function with its loops rewritten; the original if its source is unavailable.
+
+    For a kernel (`is_kernel`), `return <value>` also reports its own line."""
+    code = fn.__code__
+    key = (code, is_kernel)
+    if key not in _FACTORIES:
+        _FACTORIES[key] = _factory_code(fn, is_kernel)
+    compiled = _FACTORIES[key]
+    if compiled is None:
+        return fn
     namespace: dict[str, Any] = {}
     exec(compiled, fn.__globals__, namespace)
     cells = [c.cell_contents for c in (fn.__closure__ or ())]
