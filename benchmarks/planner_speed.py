@@ -8,7 +8,9 @@ captured function, no plan cached), with the backend modules already imported; t
 repeat also pays the kernel's one-time source rewrite and the first read of its source file.
 Code generation is not timed. Wall and process CPU time are printed with the load average:
 on a shared machine CPU time is the steadier number. The cuda line plans for the static
-H200 description when the cuda backend imports here.
+H200 description when the cuda backend imports here. A second line per target splits one
+more cold search into its captures, bound-only planner runs (level 1: the cost policy's
+bound; level 2: the geometry-admitted minimum) and full planner runs.
 
     PYTHONPATH=. .venv/bin/python benchmarks/planner_speed.py
 """
@@ -56,6 +58,57 @@ def _gemm_planning(target: str) -> tuple[list[float], list[float], object]:
     return times, cpu, search
 
 
+def _gemm_phases(target: str) -> str:
+    """Where one more cold search's time goes: captures, bound-only planner runs per level,
+    full planner runs (the timers wrap this kernel's `capture` and the target's planner for
+    this one search, then are removed)."""
+    import numpy as np
+    from examples.gemm import gemm
+
+    import tilenest as tn
+    from tilenest.backends import registry
+    from tilenest.plan.search import BOUND_ONLY
+
+    spent: dict[str, list[float]] = {}
+
+    def timed(label: str, f):
+        def run(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                spent.setdefault(label, []).append((time.perf_counter() - start) * 1e3)
+        return run
+
+    m, n, k = GEMM_SHAPE
+    a, b, c = (np.zeros(s, np.float32) for s in ((m, k), (k, n), (m, n)))
+    fresh = tn.kernel(gemm.fn)
+    fresh.capture = timed("capture", fresh.capture)  # type: ignore[method-assign]
+    planner = registry.planner
+
+    def planner_timed(tgt: str):
+        one = planner(tgt)
+
+        def run(fn, options):
+            level = options.get(BOUND_ONLY, 0)
+            return timed(f"bound level {level}" if level else "full plan", one)(fn, options)
+        return run
+
+    registry.planner = planner_timed
+    try:
+        start = time.perf_counter()
+        tensors, consts, key = fresh._bind((a, b, c), {})
+        fresh._search(tensors, key, consts, target, {})
+        total = (time.perf_counter() - start) * 1e3
+    finally:
+        registry.planner = planner
+    parts = [f"{label} {len(ts)} x {sum(ts) / len(ts):.2f} ms = {sum(ts):.1f} ms"
+             for label, ts in sorted(spent.items())]
+    # Each assignment is captured before its planner runs: the parts do not overlap.
+    rest = total - sum(sum(ts) for ts in spent.values())
+    return f"total {total:.1f} ms: " + "; ".join(parts) + f"; other {rest:.1f} ms"
+
+
 def gemm_lines() -> None:
     import tilenest.backends.cpu.lower  # noqa: F401 - import cost is not planning
     import tilenest.backends.cpu.target  # noqa: F401
@@ -77,6 +130,8 @@ def gemm_lines() -> None:
               f"assignments={search.space_size} planned_in_full="
               f"{sum(1 for o in search.outcomes if o.admitted)} status={search.status} "
               f"selected={search.selected}")
+        print(f"planner_speed gemm{'x'.join(map(str, GEMM_SHAPE))} target={target:<4} "
+              f"phases (one more cold search): {_gemm_phases(target)}")
 
 
 def main() -> None:
