@@ -156,23 +156,39 @@ def test_work_counts_the_rows_a_packet_streams() -> None:
     ph = extract_work(fn, (0, 1), "packet-local", W).phases[0]
     assert ph.streams == 3 * 8                             # 8 rows of X, R and Y
     assert ph.stream_bytes == 3 * 8 * 64 * 4               # rows of 256 bytes
-    fn = row_scale.ir(x, np.empty_like(x), ROWS=2)
-    assert extract_work(fn, (0,), "packet-local", W).phases[0].streams == 2 * 2
+    assert ph.tile_elements == 8 * 64
+    fn = row_scale.ir(x, np.empty_like(x), ROWS=2)              # whole rows follow each other
+    ph = extract_work(fn, (0,), "packet-local", W).phases[0]
+    assert ph.streams == 2 and ph.stream_bytes == 2 * 2 * 256 * 4
 
 
 def test_many_short_row_streams_pay_past_the_last_level_cache() -> None:
     x = np.ones((256, 1024), np.float32)                    # 1 MiB per array
-    streamed = CpuCostPolicy(llc=64 << 10)                  # as if it did not fit the LLC
-    resident = CpuCostPolicy(llc=64 << 20)
+    l1 = 32 << 10
+    streamed = CpuCostPolicy(cache_sizes=(l1, 16 << 10), llc=64 << 10)  # past the LLC
+    in_l3 = CpuCostPolicy(cache_sizes=(l1, 16 << 10), llc=64 << 20)
+    in_l2 = CpuCostPolicy(cache_sizes=(l1, 32 << 20), llc=64 << 20)
     cost = {}
     for bm, bn in ((1, 512), (2, 256), (8, 128), (32, 128), (32, 32)):
         fn = tile_add.ir(x, x, np.empty_like(x), BM=bm, BN=bn)
         cost[bm, bn] = plan_cpu(fn, {"cost_policy": streamed})[0].selected.cost
-        warm = plan_cpu(fn, {"cost_policy": resident})[0].selected.cost
-        assert warm.term("stream") == 0                     # L3 serves every stream
+        l3 = plan_cpu(fn, {"cost_policy": in_l3})[0].selected.cost.term("stream")
+        assert l3 <= cost[bm, bn].term("stream") and (l3 > 0) == (bm > 1)
+        warm = plan_cpu(fn, {"cost_policy": in_l2})[0].selected.cost
+        assert warm.term("stream") == 0                     # L2 holds every stream
     assert cost[1, 512].term("stream") == 0                 # 3 streams: prefetched
     assert 0 < cost[2, 256].term("stream") < cost[8, 128].term("stream") \
         < cost[32, 128].term("stream") < cost[32, 32].term("stream")
     assert cost[1, 512].total < cost[8, 128].total < cost[32, 128].total
     mm = tile_mm.ir(*_mm_args(512, 512, 64), BM=64, BN=64, BK=32)
     assert plan_cpu(mm, {"cost_policy": streamed})[0].selected.cost.term("stream") == 0
+
+
+def test_tiles_the_codegen_unrolls_pay_scalar_arithmetic() -> None:
+    x = np.ones((256, 1024), np.float32)
+    policy = CpuCostPolicy(cache_sizes=(32 << 10, 32 << 20))  # no stream cost
+    small = plan_cpu(tile_add.ir(x, x, np.empty_like(x), BM=2, BN=32),
+                     {"cost_policy": policy})[0].selected.cost
+    large = plan_cpu(tile_add.ir(x, x, np.empty_like(x), BM=4, BN=32),
+                     {"cost_policy": policy})[0].selected.cost
+    assert small.term("stream") > 0 and large.term("stream") == 0

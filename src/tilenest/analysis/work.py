@@ -59,6 +59,7 @@ class PhaseWork:
     # streams); the hardware prefetchers and the TLB follow only so many at once.
     streams: float = 0.0
     stream_bytes: float = 0.0
+    tile_elements: int = 0  # the largest region a load or store of one program moves
 
     def memory_counts(self) -> dict[str, float]:
         return {"broadcast": self.broadcast, "contiguous": self.contiguous,
@@ -84,6 +85,7 @@ class _Counter:
         self.tile_bytes = 0.0
         self.mma_tiles: list[tuple[int, int, int, float]] = []
         self.streams = self.stream_bytes = 0.0
+        self.tile_elements = 0
         self.dense = False  # inside a regroupable reduction vectorized along its domain
 
     def vec(self, shape: tuple[int, ...]) -> float:
@@ -95,9 +97,10 @@ class _Counter:
         return float(prod(shape[:-1]) * -(-shape[-1] // self.width))
 
     def access(self, shape: tuple[int, ...], slope: int | None, inner_stride: int | None,
-               rep: int, itemsize: int = 4) -> None:
+               rep: int, itemsize: int = 4, whole_rows: bool = False) -> None:
         numel = prod(shape)
-        self.row_streams(shape, slope, inner_stride, itemsize)
+        self.tile_elements = max(self.tile_elements, numel)
+        self.row_streams(shape, slope, inner_stride, itemsize, whole_rows)
         if self.kind == PROGRAM_PER_LANE:
             tail = self.inner_root_extent % self.width != 0
             scale = rep * (2 if tail else 1)
@@ -120,9 +123,10 @@ class _Counter:
 
 
     def row_streams(self, shape: tuple[int, ...], slope: int | None,
-                    inner_stride: int | None, itemsize: int) -> None:
+                    inner_stride: int | None, itemsize: int, whole_rows: bool = False) -> None:
         """Count the access's contiguous rows (once: a loop re-reading a tile follows the
-        same rows) as concurrent streams of the packet."""
+        same rows) as concurrent streams of the packet; rows that span the whole tensor row
+        (`whole_rows`, dense row-major) follow each other: one stream."""
         numel = prod(shape)
         if self.kind == PROGRAM_PER_LANE:
             if slope is not None and abs(slope) == 1:  # the lanes' elements are adjacent
@@ -137,6 +141,8 @@ class _Counter:
                 return
             rows, length = (float(numel // inner), inner) if inner_stride == 1 else \
                 (float(numel), 1)
+            if inner_stride == 1 and whole_rows and len(shape) >= 2:
+                rows, length = rows / shape[-2], inner * shape[-2]  # adjacent rows: one
         self.streams += rows
         self.stream_bytes += rows * length * itemsize
 
@@ -213,6 +219,14 @@ def _region_access(op: Op, tensor: TensorType, slopes: _Slopes, inner_axis: int
     return slope, inner_stride
 
 
+def _whole_rows(region: tuple[int, ...], tensor: TensorType) -> bool:
+    """The region's rows cover whole rows of a dense row-major tensor (adjacent in memory)."""
+    if len(region) < 2 or tensor.rank < 2:
+        return False
+    n = tensor.shape[-1]
+    return (tensor.strides[-1] == 1 and tensor.strides[-2] == n and region[-1] >= n)
+
+
 def _walk(ops: list[Op], rep: int, c: _Counter, slopes: _Slopes, inner_axis: int) -> None:
     for op in ops:
         name = op.name
@@ -223,7 +237,8 @@ def _walk(ops: list[Op], rep: int, c: _Counter, slopes: _Slopes, inner_axis: int
             assert isinstance(t, TileType)
             region = tuple(e for e in op.attrs["shape"] if e is not None)
             slope, inner_stride = _region_access(op, tensor, slopes, inner_axis)
-            c.access(region, slope, inner_stride, rep, tensor.dtype.itemsize)
+            c.access(region, slope, inner_stride, rep, tensor.dtype.itemsize,
+                     _whole_rows(region, tensor))
             if name == "load":
                 c.snap += c.vec(t.shape) * rep
                 c.tile_bytes += t.size * t.dtype.itemsize
@@ -288,6 +303,6 @@ def extract_work(fn: Function, root_axis_order: tuple[int, ...] | None, distribu
         phases.append(PhaseWork(str(op.loc) if op.loc else "parallel", programs, packets,
                                 c.arith, c.bcast, c.contig, c.gather, c.snap, c.indexed,
                                 c.mma, c.max_rep, c.tile_bytes * lanes, tuple(c.mma_tiles),
-                                c.streams, c.stream_bytes))
+                                c.streams, c.stream_bytes, c.tile_elements))
     return ExecutionWork(tuple(phases), packet_width, distribution,
                          tuple(root_axis_order or ()))

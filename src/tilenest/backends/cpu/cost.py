@@ -23,10 +23,11 @@ extended with the terms that price tile shapes (issue 9):
   1 - prefetch_streams / streams of the rows is cold: every cold row chunk pays a restart
   (`cold_row`, the demand misses before a prefetcher locks on again), and each of its lines
   pays `cold_line` scaled by how much shorter than a page the chunk is (a chunk of a whole
-  page or more streams on). Only phases whose bytes exceed the last-level cache pay it, by
-  the share of their footprint past it (rows served by L3 ran as fast with 96 streams as
-  with 3 in the regret benchmark's cache-warm cases), and not `mma` phases (their operands
-  are packed and re-read from cache: the cache and register terms price them). Measured
+  page or more streams on). Only phases whose bytes exceed L2 pay it: the share of their
+  footprint past the last-level cache in full, the share served by L3 at `l3_stream` (the
+  regret benchmark's cache-warm 1024x1024 cases lost 1.35x at 48 streams, where streaming
+  from memory lost 2x); not `mma` phases (their operands are packed and re-read from
+  cache: the cache and register terms price them). Measured
   on a 2-core znver3 (swiglu and gelu_residual 2048x4096, interleaved medians, rotating
   inputs over the LLC, 1 and 2 threads): 3 to 12 streams per tile ran within 1.4x of the
   best, 24 to 192 at 1.3x to 4.6x, worse for shorter chunks; rows of a whole page
@@ -34,6 +35,9 @@ extended with the terms that price tile shapes (issue 9):
   rough least-squares fit to that sweep (threshold 4: it fits the many-stream end worse
   than 8 and the few-stream end, where the picks are, better): relative work, uncalibrated
   elsewhere.
+  The same term charges tiles the codegen unrolls element by element (no larger than
+  CpuPlan's `max_unrolled_tile_elements`, 64): their arithmetic as if scalar (x width,
+  `unrolled`); measured 2-6x slower than 128-element tiles for swiglu and gelu_residual.
 - `dispatch` also charges a fixed overhead per packet (program prologue, tile addressing),
   so tiny tiles pay for their count; `imbalance` charges the critical path's excess at the
   full per-packet cost, cache and register terms included.
@@ -49,6 +53,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from tilenest.backends.cpu.plan import CpuPlan
 from tilenest.errors import ArgumentError
 from tilenest.plan.cost import CostBreakdown, CostPolicy
 from tilenest.plan.records import Candidate
@@ -61,13 +66,15 @@ SEED_WEIGHTS: dict[str, float] = {"arithmetic": 1.0, "broadcast": 1.0, "contiguo
                                   "activation": 0.0}
 SHAPE_WEIGHTS: dict[str, float] = {"register": 1.0, "spill": 2.0, "l2_line": 2.0,
                                    "l3_line": 8.0, "packet": 16.0, "prefetch_streams": 4.0,
-                                   "cold_row": 54.0, "cold_line": 3.0}
+                                   "cold_row": 54.0, "cold_line": 3.0, "l3_stream": 0.4,
+                                   "unrolled": 1.0}
 WEIGHTS: dict[str, float] = {**SEED_WEIGHTS, **SHAPE_WEIGHTS}
 TERMS = ("arithmetic", "memory", "register", "cache", "stream", "dispatch", "imbalance",
          "task", "activation")
 SEED_TERMS = ("arithmetic", "memory", "dispatch", "imbalance", "task", "activation")
 LINE_BYTES = 64
 PAGE_BYTES = 4096
+UNROLLED_ELEMENTS = CpuPlan.__dataclass_fields__["max_unrolled_tile_elements"].default
 WORK_BYTES = 4  # mma operands are read in their f32 work type
 
 
@@ -163,9 +170,10 @@ class CpuCostPolicy(CostPolicy):
         c = lines moved * (w_l2_line * miss(L1) + w_l3_line * miss(L2)),
             miss(S) = max(0, 1 - S / working set)
         t = cold * (w_cold_row * streams + w_cold_line * stream lines * short)
-            * max(0, 1 - LLC / (streamed bytes * Q)),   (mma phases: t = 0)
+            * (w_l3_stream * share served by L3 + share past the LLC)  (mma phases: 0)
             cold = max(0, 1 - w_prefetch_streams / streams),
             short = max(0, 1 - stream bytes / streams / page)
+          + w_unrolled * arithmetic * (width - 1)   (tiles of <= 64 elements, no mma)
         arithmetic = a * Q / h     memory = m * Q / h     register = r * Q / h
         cache      = c * Q / h        stream = t * Q / h
         dispatch   = w_block * critical_blocks + w_packet * critical_packets
@@ -210,12 +218,20 @@ class CpuCostPolicy(CostPolicy):
             return 0.0
         cold = max(0.0, 1.0 - w["prefetch_streams"] / streams)
         footprint = ph.stream_bytes * ph.packets
-        if cold <= 0 or footprint <= self.llc:
+        if cold <= 0 or footprint <= self.l2:
             return 0.0
+        past_llc = max(0.0, 1.0 - self.llc / footprint)
+        served = w["l3_stream"] * (1.0 - self.l2 / footprint - past_llc) + past_llc
         short = max(0.0, 1.0 - ph.stream_bytes / streams / PAGE_BYTES)
         lines = ph.stream_bytes / LINE_BYTES
-        return (cold * (w["cold_row"] * streams + w["cold_line"] * lines * short)
-                * (1.0 - self.llc / footprint))
+        return cold * (w["cold_row"] * streams + w["cold_line"] * lines * short) * served
+
+    def _unrolled(self, ph: Any, width: int) -> float:
+        """u: the extra arithmetic of a packet whose tiles the codegen unrolls element by
+        element (at most `max_unrolled_tile_elements`, the CpuPlan default)."""
+        if ph.mma_tiles or not 0 < ph.tile_elements <= UNROLLED_ELEMENTS:
+            return 0.0
+        return self.weights["unrolled"] * ph.arithmetic * (width - 1)
 
     def _per_packet(self, ph: Any, s: Mapping[str, float], width: int, per_lane: bool,
                     atom: str) -> tuple[float, float, float, float]:
@@ -254,7 +270,7 @@ class CpuCostPolicy(CostPolicy):
         totals = dict.fromkeys(TERMS, 0.0)
         for ph, s in zip(work.work.phases, work.schedule, strict=True):
             a, m, r, c = self._per_packet(ph, s, width, per_lane, atom)
-            t = self._streams(ph)
+            t = self._streams(ph) + self._unrolled(ph, width)
             q, h = s["packets"], s["workers"]
             totals["arithmetic"] += a * q / h
             totals["memory"] += m * q / h
@@ -284,7 +300,8 @@ class CpuCostPolicy(CostPolicy):
             if q <= 0:
                 continue
             a, m, r, c = self._per_packet(ph, s, width, per_lane, atom)
-            total += ((a + m + r + c + self._streams(ph)) * q / h + w["block"] + w["packet"] * q / h
+            t = self._streams(ph) + self._unrolled(ph, width)
+            total += ((a + m + r + c + t) * q / h + w["block"] + w["packet"] * q / h
                       + w["task"])
         return total * (1.0 - 1e-12)  # never above an evaluated total by rounding
 
