@@ -232,8 +232,9 @@ def _drop_definition_time_expressions(args: ast.arguments) -> None:
 
 # The compiled factory module per (code object, is_kernel): source reading, parsing, the
 # rewrite and `compile` depend on nothing else, and each new Kernel of one Python function
-# (`tn.kernel(f.fn)`, a kernel defined in a loop) would otherwise repeat them.
-_FACTORIES: dict[tuple[CodeType, bool], CodeType | None] = {}
+# (`tn.kernel(f.fn)`, a kernel defined in a loop) would otherwise repeat them. A function
+# whose source is unavailable is not remembered (its source may be registered later).
+_FACTORIES: dict[tuple[CodeType, bool], CodeType] = {}
 
 
 def _factory_code(fn: Callable[..., Any], is_kernel: bool) -> CodeType | None:
@@ -276,13 +277,15 @@ def rewrite_function(fn: Callable[..., Any], is_kernel: bool = False) -> Callabl
     """The function with its loops rewritten; the original if its source is unavailable.
 
     For a kernel (`is_kernel`), `return <value>` also reports its own line."""
-    code = fn.__code__
-    key = (code, is_kernel)
-    if key not in _FACTORIES:
-        _FACTORIES[key] = _factory_code(fn, is_kernel)
-    compiled = _FACTORIES[key]
-    if compiled is None:
+    code = getattr(fn, "__code__", None)
+    if code is None:  # not a Python function: nothing to rewrite
         return fn
+    compiled = _FACTORIES.get((code, is_kernel))
+    if compiled is None:
+        compiled = _factory_code(fn, is_kernel)
+        if compiled is None:
+            return fn
+        _FACTORIES[code, is_kernel] = compiled
     namespace: dict[str, Any] = {}
     exec(compiled, fn.__globals__, namespace)
     cells = [c.cell_contents for c in (fn.__closure__ or ())]

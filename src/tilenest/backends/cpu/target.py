@@ -250,7 +250,8 @@ class CpuTargetInfo:
 
     def resources(self, fn: Function, candidate: Candidate) -> ExecutionResources:
         """B(r), A(r) from the fallback build's own emission (loads snapshot there), which
-        bounds the fast build's storage; cached per distribution."""
+        bounds the fast build's storage; emitted under `measurement_plan` (the same
+        allocation sites, less code) and cached per distribution."""
         from tilenest.backends.cpu.lower import emit_module
 
         lanes = candidate.distribution.programs_per_packet
