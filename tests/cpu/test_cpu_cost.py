@@ -192,3 +192,10 @@ def test_tiles_the_codegen_unrolls_pay_scalar_arithmetic() -> None:
     large = plan_cpu(tile_add.ir(x, x, np.empty_like(x), BM=4, BN=32),
                      {"cost_policy": policy})[0].selected.cost
     assert small.term("stream") > 0 and large.term("stream") == 0
+
+
+def test_row_passes_pay_once_the_tiles_leave_l1() -> None:
+    x = np.ones((64, 2048), np.float32)
+    cost = {rows: plan_cpu(row_scale.ir(x, np.empty_like(x), ROWS=rows), {})[0].selected.cost
+            for rows in (1, 16)}
+    assert cost[1].term("cache") == 0 < cost[16].term("cache")   # 8 KiB rows: 128 KiB tiles

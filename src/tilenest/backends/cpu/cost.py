@@ -16,7 +16,10 @@ extended with the terms that price tile shapes (issue 9):
   misses L1 (served by L2) and L2 (served by L3): every access once against the program's
   working set (its loaded, carried and accumulated tiles), and each `mma`'s re-read streams
   against their own footprint (microkernel: the B panel per row panel, packed A per column
-  panel, the output tile per call; ordered: the B tile per row).
+  panel, the output tile per call; ordered: the B tile per row). Outside `mma`, every
+  vector operation re-reads an operand vector of the tiles (`pass_line` per operand, the
+  passes of a row kernel over its row: layernorm 512x1024 at ROWS=8, 72 KiB of tiles, ran
+  1.1-1.3x slower than ROWS=1-2 in three regret runs) against the same working set.
 - `stream`: the rows a packet streams at once (its loads' and stores' contiguous rows: a
   BM x BN tile of three arrays is 3 BM streams; `PhaseWork.streams`). The hardware
   prefetchers follow only so many streams (`prefetch_streams`); past them the share
@@ -67,7 +70,7 @@ SEED_WEIGHTS: dict[str, float] = {"arithmetic": 1.0, "broadcast": 1.0, "contiguo
 SHAPE_WEIGHTS: dict[str, float] = {"register": 1.0, "spill": 2.0, "l2_line": 2.0,
                                    "l3_line": 8.0, "packet": 16.0, "prefetch_streams": 4.0,
                                    "cold_row": 54.0, "cold_line": 3.0, "l3_stream": 0.4,
-                                   "unrolled": 1.0}
+                                   "unrolled": 1.0, "pass_line": 1.0}
 WEIGHTS: dict[str, float] = {**SEED_WEIGHTS, **SHAPE_WEIGHTS}
 TERMS = ("arithmetic", "memory", "register", "cache", "stream", "dispatch", "imbalance",
          "task", "activation")
@@ -167,7 +170,8 @@ class CpuCostPolicy(CostPolicy):
         m = w_bcast * broadcast + w_contig * (contiguous + snapshot stores)
             + w_gather * (gathered lanes + indexed reads)
         r = w_register * mma operand ops + w_spill * spilled updates
-        c = lines moved * (w_l2_line * miss(L1) + w_l3_line * miss(L2)),
+        c = (lines moved + w_pass_line * operand lines of the vector arithmetic, no mma)
+            * (w_l2_line * miss(L1) + w_l3_line * miss(L2)),
             miss(S) = max(0, 1 - S / working set)
         t = cold * (w_cold_row * streams + w_cold_line * stream lines * short)
             * (w_l3_stream * share served by L3 + share past the LLC)  (mma phases: 0)
@@ -246,6 +250,11 @@ class CpuCostPolicy(CostPolicy):
         # mma's re-read streams (against what each stream needs cached).
         moved = (ph.contiguous + ph.snapshot_stores) * width + ph.gathered + ph.broadcast
         lines = moved * WORK_BYTES / LINE_BYTES * self._miss(ph.tile_bytes)
+        if not ph.mma_tiles:
+            # Each pass of vector arithmetic over the program's tiles re-reads an operand
+            # vector from the tile's storage: from L2 once the tiles outgrow L1.
+            lines += (w["pass_line"] * ph.arithmetic * width * WORK_BYTES / LINE_BYTES
+                      * self._miss(ph.tile_bytes))
         if ph.mma_tiles:
             fma = bool(s.get("fma", 0))
             rows, vectors = register_block(int(s.get("microkernel_rows", 0)),
