@@ -22,8 +22,8 @@ def gelu_tanh(x):
 
 
 @tn.kernel
-def gelu_residual(X, R, Y, *, BM=tn.tunable(16, 1, 2, 4, 8),
-                  BN=tn.tunable(32, 64, 128, 256, 512)):
+def gelu_residual(X, R, Y, *, BM=tn.tunable(16, 1, 4, 8),
+                  BN=tn.tunable(32, 64, 128, 256, 512, 1024)):
     M, N = X.shape
     gm, gn = tn.axis("gm", tn.cdiv(M, BM)), tn.axis("gn", tn.cdiv(N, BN))
     m, n = tn.axis("m", BM), tn.axis("n", BN)

@@ -13,8 +13,8 @@ from examples.common import Case, Example
 
 
 @tn.kernel
-def swiglu(Gate, Up, Y, *, BM=tn.tunable(16, 1, 2, 4, 8),
-           BN=tn.tunable(32, 64, 128, 256, 512)):
+def swiglu(Gate, Up, Y, *, BM=tn.tunable(16, 1, 4, 8),
+           BN=tn.tunable(32, 64, 128, 256, 512, 1024)):
     M, N = Gate.shape
     gm, gn = tn.axis("gm", tn.cdiv(M, BM)), tn.axis("gn", tn.cdiv(N, BN))
     m, n = tn.axis("m", BM), tn.axis("n", BN)
