@@ -27,7 +27,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -147,10 +147,12 @@ class _Admitter:
                 limits: Any = None) -> Rejection:
         return Rejection(c, cat, constraint, region or self.region, reason, demand, limits)
 
-    def _demand(self, c: Candidate) -> Rejection | tuple[Candidate, Any]:
-        """The shared static resource analysis and the backend budget for `c`."""
+    def _hook(self, c: Candidate, call: Callable[[], Any]) -> Any:
+        """`call()` of a target hook, or the rejection its failure means: an `Admission`
+        keeps its category, a `BackendError` is a missing emitter, anything else leaves
+        legality unknown (fail closed)."""
         try:
-            demand = self.info.resources(self.fn, c)
+            return call()
         except Admission as a:
             return self._reject(c, a.category, a.constraint, a.reason, a.region)
         except BackendError as e:
@@ -159,6 +161,12 @@ class _Admitter:
         except Exception as e:  # noqa: BLE001 - fail closed: legality not established
             return self._reject(c, RejectionCategory.UNKNOWN_LEGALITY, "analysis",
                                 f"{type(e).__name__}: {e}")
+
+    def _demand(self, c: Candidate) -> Rejection | tuple[Candidate, Any]:
+        """The shared static resource analysis and the backend budget for `c`."""
+        demand = self._hook(c, lambda: self.info.resources(self.fn, c))
+        if isinstance(demand, Rejection):
+            return demand
         limits = self.info.resource_limits(c)
         over = limits.violation(demand)
         if over is not None:
@@ -177,16 +185,9 @@ class _Admitter:
             return self._reject(c, RejectionCategory.SEMANTIC, "root_axis_order",
                                 f"CpuPlan.root_axis_order: {order} is not a permutation of the "
                                 f"{self.rank} root axes (it would not cover the domain)")
-        try:
-            self.info.accepts(self.fn, c)
-        except Admission as a:
-            return self._reject(c, a.category, a.constraint, a.reason, a.region)
-        except BackendError as e:
-            return self._reject(c, RejectionCategory.NO_EMITTER, "emitter", e.plain_message,
-                                str(e.loc) if e.loc else "")
-        except Exception as e:  # noqa: BLE001 - fail closed: legality not established
-            return self._reject(c, RejectionCategory.UNKNOWN_LEGALITY, "analysis",
-                                f"{type(e).__name__}: {e}")
+        got = self._hook(c, lambda: self.info.accepts(self.fn, c))
+        if isinstance(got, Rejection):
+            return got
         if resources:
             got = self._demand(c)
             if isinstance(got, Rejection):
