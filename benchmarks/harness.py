@@ -31,6 +31,8 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from tilenest.backends.cpu.caches import last_level_cache_bytes  # noqa: E402
+
 Call = Callable[[], Any]
 
 TOLERANCE = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
@@ -93,19 +95,7 @@ def import_numba() -> Any | None:
 
 def llc_bytes() -> int:
     """Size of the largest (last-level) data or unified cache of cpu0; 32 MiB if unknown."""
-    best = 0
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            kind = (index / "type").read_text().strip()
-            size = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        if kind == "Instruction":
-            continue
-        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-        value = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
-        best = max(best, value)
-    return best or 32 << 20
+    return last_level_cache_bytes()
 
 
 def rotation_count(bytes_per_set: int, *, llc: int, quick: bool, factor: float = 2.0,

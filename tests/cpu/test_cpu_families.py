@@ -145,7 +145,7 @@ def test_nontemporal_family_listed_for_stores() -> None:
 
 
 def test_size_rule_streams_long_rows_of_tensors_larger_than_the_llc() -> None:
-    from tilenest.backends.cpu.plan import last_level_cache_bytes
+    from tilenest.backends.cpu.caches import last_level_cache_bytes
 
     rows = last_level_cache_bytes() // (4096 * 4) + 8
     big = np.zeros((rows, 4096), np.float32)  # calloc'd: never touched by lowering
@@ -172,7 +172,7 @@ def _tanh_add(X, R, Y, *, BM=4, BN=64):
 
 
 def test_first_reads_of_dram_sized_tensors_are_not_interleaved() -> None:
-    from tilenest.backends.cpu.plan import last_level_cache_bytes
+    from tilenest.backends.cpu.caches import last_level_cache_bytes
 
     rows = last_level_cache_bytes() // (4096 * 4) + 8
     big = np.zeros((rows, 4096), np.float32)

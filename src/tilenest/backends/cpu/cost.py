@@ -53,9 +53,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cache
-from pathlib import Path
 from typing import Any
 
+from tilenest.backends.cpu.caches import cache_levels
 from tilenest.backends.cpu.plan import CpuPlan
 from tilenest.errors import ArgumentError
 from tilenest.plan.cost import CostBreakdown, CostPolicy
@@ -95,23 +95,7 @@ def llc_bytes() -> int:
 
 
 def _cache_levels() -> dict[int, int]:
-    sizes = {1: 32 << 10, 2: 512 << 10, 3: 32 << 20}
-    root = Path("/sys/devices/system/cpu/cpu0/cache")
-    for index in sorted(root.glob("index*")) if root.exists() else ():
-        try:
-            level = int((index / "level").read_text())
-            kind = (index / "type").read_text().strip()
-            text = (index / "size").read_text().strip().upper()
-        except (OSError, ValueError):
-            continue
-        if kind == "Instruction" or level not in sizes:
-            continue
-        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
-        try:
-            sizes[level] = int(text.rstrip("KM")) * scale
-        except ValueError:
-            continue
-    return sizes
+    return {1: 32 << 10, 2: 512 << 10, 3: 32 << 20, **cache_levels()}
 
 
 # (vector registers, FMA allowed) -> (MR, V): the register block the microkernel atom uses

@@ -7,9 +7,7 @@ changes.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
 from typing import Any
 
 from tilenest.errors import BackendError
@@ -96,28 +94,6 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
         if order is not None and sorted(order) != list(range(rank)):
             raise _fail("root_axis_order", f"{order} is not a permutation of the {rank} root "
                                            f"axes of the parallel at {op.loc}")
-
-
-@functools.cache
-def last_level_cache_bytes() -> int:
-    """The largest data or unified cache of cpu0 (Linux sysfs), 32 MiB where unknown: the
-    size above which `nontemporal_stores=None` streams a store's tensor."""
-    best = 0
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            kind = (index / "type").read_text().strip()
-            size = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-        if kind == "Instruction" or not size:
-            continue
-        try:
-            value = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
-        except ValueError:
-            continue
-        best = max(best, value)
-    return best or 32 << 20
 
 
 def programs_per_packet(plan: CpuPlan, packet_width: int) -> int:

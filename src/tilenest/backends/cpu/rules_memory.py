@@ -11,8 +11,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from tilenest.backends.cpu import scalars as sc
+from tilenest.backends.cpu.caches import last_level_cache_bytes
 from tilenest.backends.cpu.emitter import Emitter, c64
-from tilenest.backends.cpu.plan import last_level_cache_bytes
 from tilenest.backends.cpu.reprs import Arr, Idx, Tile
 from tilenest.backends.cpu.rules import lowering
 from tilenest.ir.core import Op
