@@ -10,6 +10,7 @@ drive every example the same way:
 `prepare` draws fresh random float64 inputs (never zeros), rounds them to the dtype under
 test, places every tensor (inputs and outputs) in the requested memory layout, poisons the
 outputs with NaN, and evaluates the oracle on exactly the values the kernel will read.
+Integer inputs (class indices) keep their own dtype in every layout (`place_integers`).
 """
 
 from __future__ import annotations
@@ -129,9 +130,12 @@ class Example:
         tensors: dict[str, Any] = {}
         seen: dict[str, np.ndarray] = {}
         for name in self.inputs:
-            placed = place(values[name], dtype, lib, layout, fill=np.nan)
-            tensors[name] = placed.view
-            seen[name] = to_float64(placed.view)
+            value = values[name]
+            if np.issubdtype(np.asarray(value).dtype, np.integer):  # class indices and such
+                tensors[name] = place_integers(value, lib, layout)
+            else:
+                tensors[name] = place(value, dtype, lib, layout, fill=np.nan).view
+            seen[name] = to_float64(tensors[name])
         consts = {**self.consts, **case.consts}
         expected = self.run_reference(seen, consts)
         guards: dict[str, Placed] = {}
@@ -214,6 +218,22 @@ class Placed:
 
 
 _TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
+def place_integers(values: np.ndarray, lib: str, layout: str) -> Any:
+    """An integer input in `values`' own dtype; 'offset' makes it a window of a larger
+    buffer padded with -1 (no valid class). Class indices are rank 1: 'transposed' leaves
+    them as they are, as `common.place` does for rank-1 tensors."""
+    buffer, window = values, tuple(slice(0, n) for n in values.shape)
+    if layout == "offset":
+        window = tuple(slice(1 + i, 1 + i + n) for i, n in enumerate(values.shape))
+        buffer = np.full(tuple(n + 2 + i for i, n in enumerate(values.shape)), -1, values.dtype)
+        buffer[window] = values
+    if lib == "torch":
+        import torch
+
+        buffer = torch.from_numpy(np.ascontiguousarray(buffer))
+    return buffer[window]
 
 
 def place(values: np.ndarray, dtype: str, lib: str, layout: str, fill: float) -> Placed:

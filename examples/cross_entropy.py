@@ -16,13 +16,12 @@ Computed in f32 whatever the logits' storage type (f32, f16, bf16); targets are 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import tilenest as tn
-from examples.common import Case, Example, Run, next_pow2, place, to_float64
+from examples.common import Case, Example, next_pow2
 
 NEG_INF = float("-inf")
 
@@ -70,56 +69,7 @@ def reference(X: np.ndarray, T: np.ndarray) -> np.ndarray:
     return lse - X[np.arange(X.shape[0]), T.astype(np.int64)]
 
 
-@dataclass(frozen=True)
-class ClassIndexExample(Example):
-    """An Example with integer inputs (class indices): `make_inputs` returns them as integer
-    arrays, and they keep that dtype (numpy, or the matching torch dtype) in every layout
-    while the float inputs take the dtype under test. Outputs are NaN-poisoned as usual."""
-
-    def prepare(self, rng: np.random.Generator, case: Case, dtype: str = "f32",
-                lib: str = "numpy", layout: str = "contiguous") -> Run:
-        if dtype not in self.dtypes:
-            raise ValueError(f"{self.name} does not declare dtype {dtype} ({self.dtypes})")
-        if dtype == "bf16" and lib != "torch":
-            raise ValueError("bf16 tensors need lib='torch' (numpy has no bfloat16)")
-        values = self.make_inputs(rng, **case.shape)
-        tensors: dict[str, Any] = {}
-        seen: dict[str, np.ndarray] = {}
-        for name in self.inputs:
-            value = values[name]
-            if np.issubdtype(value.dtype, np.integer):
-                tensors[name] = place_integers(value, lib, layout)
-            else:
-                tensors[name] = place(value, dtype, lib, layout, fill=np.nan).view
-            seen[name] = to_float64(tensors[name])
-        consts = {**self.consts, **case.consts}
-        expected = self.run_reference(seen, consts)
-        guards = {}
-        for name in self.outputs:
-            guards[name] = place(np.full(expected[name].shape, np.nan), dtype, lib, layout,
-                                 fill=np.nan)
-            tensors[name] = guards[name].view
-        args = [tensors[p] for p in self.kernel.tensor_params]
-        return Run(self, args, consts, expected, guards, self.tolerance[dtype], seen)
-
-
-def place_integers(values: np.ndarray, lib: str, layout: str) -> Any:
-    """An integer input in `values`' own dtype; 'offset' makes it a window of a larger
-    buffer padded with -1 (no valid class). Class indices are rank 1: 'transposed' leaves
-    them as they are, as `common.place` does for rank-1 tensors."""
-    buffer, window = values, tuple(slice(0, n) for n in values.shape)
-    if layout == "offset":
-        window = tuple(slice(1 + i, 1 + i + n) for i, n in enumerate(values.shape))
-        buffer = np.full(tuple(n + 2 + i for i, n in enumerate(values.shape)), -1, values.dtype)
-        buffer[window] = values
-    if lib == "torch":
-        import torch
-
-        buffer = torch.from_numpy(np.ascontiguousarray(buffer))
-    return buffer[window]
-
-
-EXAMPLE = ClassIndexExample(
+EXAMPLE = Example(
     name="cross_entropy",
     kernel=cross_entropy,
     make_inputs=make_inputs,
