@@ -481,6 +481,15 @@ class Kernel:
         except TileError as e:
             raise _trimmed(e) from None
 
+    def tune(self, *args: Any, budget: int = 20, target: str | None = None,
+             **kwargs: Any) -> Any:
+        """Measure the model's best candidates plus a diverse shortlist (each checked against
+        the float64 reference first), store every sample and the winner in the tuning
+        database, and return the `TuneResult` (DESIGN §3a; `tilenest.tune.tuner`)."""
+        from tilenest.tune.tuner import tune
+
+        return tune(self, *args, budget=budget, target=target, **kwargs)
+
     def __call__(self, *args: Any, target: str | None = None, **kwargs: Any) -> None:
         options = self._options(kwargs)
         try:
