@@ -149,6 +149,16 @@ def _features(text: str) -> tuple[tuple[str, bool], ...]:
     return tuple((s[1:], s[0] == "+") for s in items)
 
 
+TUNE_MODES = ("cached", "measure", "off")
+
+
+def _tune_mode(text: str) -> str:
+    word = text.lower()
+    if word not in TUNE_MODES:
+        raise ValueError("not a tuning mode")
+    return word
+
+
 def _target_names() -> list[str]:
     from tilenest.backends.registry import target_names  # lazy: the registry imports the IR
 
@@ -192,6 +202,10 @@ CPU_FEATURES = _register(Knob(
 TARGET = _register(Knob(
     "TILENEST_TARGET", "the name of a registered target (unset: cpu)",
     _target, lambda: "cpu"))
+TUNE = _register(Knob(
+    "TILENEST_TUNE", "cached (use a stored winner of the tuning database, never measure), "
+    "measure (tune a new key on its first call) or off (ignore the database); unset: cached",
+    _tune_mode, lambda: "cached"))
 FULL_PLAN_SWEEP = _register(Knob(
     "TILENEST_FULL_PLAN_SWEEP", "1/true/yes/on or 0/false/no/off (tests: plan every example "
     "at every e2e and benchmark shape, not a representative subset)", _bool, lambda: False))
@@ -210,12 +224,14 @@ class Config:
     cpu_name: str | None = None
     cpu_features: tuple[tuple[str, bool], ...] = ()
     target: str = "cpu"
+    tune: str = "cached"
     full_plan_sweep: bool = False
 
 
 _FIELDS = {"checks": CHECKS, "dump": DUMP, "dump_dir": DUMP_DIR, "cache_dir": CACHE_DIR,
            "num_threads": NUM_THREADS, "vector_bits": VECTOR_BITS, "cpu_name": CPU_NAME,
-           "cpu_features": CPU_FEATURES, "target": TARGET, "full_plan_sweep": FULL_PLAN_SWEEP}
+           "cpu_features": CPU_FEATURES, "target": TARGET, "tune": TUNE,
+           "full_plan_sweep": FULL_PLAN_SWEEP}
 
 
 def config() -> Config:

@@ -103,3 +103,8 @@ class IRError(TileError):
 class ConfigError(TileError, ValueError):
     """A `TILENEST_*` environment variable holds a value tilenest does not accept; the message
     names the variable, the value and what is accepted. Also a ValueError: it is a bad value."""
+
+
+class TuneError(TileError):
+    """The tuning database or a tuning record cannot be used: a database path that is not
+    safe, a record or file that does not validate, a winner without a correct measurement."""

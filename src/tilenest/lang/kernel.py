@@ -402,6 +402,12 @@ class Kernel:
 
         plan_one = planner(tgt)
         optkey = tuple(sorted(options.items()))
+        if plan_one is not None:  # a stored winner of the tuning database (TILENEST_TUNE)
+            from tilenest.tune.cached import tuned_build
+
+            tuned = tuned_build(self, tensors, key, consts, tgt, options)
+            if tuned is not None:
+                return tuned
         if plan_one is None or not any(isinstance(v, Tunable) for v in consts.values()):
             resolved = _with_defaults(consts)
             fn = self._function(tensors, key[0], resolved)

@@ -1,0 +1,134 @@
+"""The cached-winner hook of a plain call (`TILENEST_TUNE`, DESIGN §3a).
+
+A call that leaves a tunable open and fixes no plan controls compiles with the tuning
+database's winner when its structural key has one: the winner's tunable values and its
+complete plan record, with zero measurements. `cached` (the default) never measures;
+`measure` tunes a key without a winner on its first call (through `tilenest.tune.tuner`)
+and then uses the stored winner; `off` ignores the database. A missing database file costs
+one `lstat`. A winner that no longer compiles (stale, or planted) is ignored with a warning
+and the planner's pick is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from tilenest.config import TUNE
+from tilenest.errors import TileError, TuneError
+from tilenest.lang.tunable import Tunable
+from tilenest.tune.candidate import TuneCandidate
+from tilenest.tune.db import TuningDB, TuningDBWarning
+from tilenest.tune.key import TARGET_FACTS, TuneKey, key_of
+
+# Options that fix (or re-rank) the realization themselves: the call asked for the planner's
+# own answer, so no stored winner replaces it.
+PLAN_OPTIONS = frozenset({"plan", "constraints", "strategy", "cost_policy"})
+# Options a tuning run passes on (the rest steer only the model's search).
+TUNE_OPTIONS = ("policy",)
+
+_tuning: set[str] = set()  # digests being tuned now: their candidates' compiles skip the hook
+_tuning_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _tuning_key(digest: str) -> Iterator[bool]:
+    """True while this thread tunes `digest` (False when a tuning of it is already running)."""
+    with _tuning_lock:
+        busy = digest in _tuning
+        _tuning.add(digest)
+    try:
+        yield not busy
+    finally:
+        if not busy:
+            with _tuning_lock:
+                _tuning.discard(digest)
+
+
+def applies(kernel: Any, consts: dict[str, Any], tgt: str, options: dict[str, Any]) -> bool:
+    """Whether a stored winner may decide this call's constants and plan."""
+    return (tgt in TARGET_FACTS and any(isinstance(v, Tunable) for v in consts.values())
+            and not PLAN_OPTIONS & options.keys())
+
+
+def tuned_build(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any], tgt: str,
+                options: dict[str, Any]) -> Any:
+    """The CompiledKernel of the key's stored winner, or None (no winner, hook off, the
+    winner failed to compile): the caller then plans as usual."""
+    if not applies(kernel, consts, tgt, options):
+        return None
+    mode = TUNE.read()
+    if mode == "off":
+        return None
+    db = TuningDB.default(create=mode == "measure")
+    if db is None:
+        return None
+    tkey = key_of(kernel, tensors, key, consts, tgt, options)
+    found = _winner(db, tkey)
+    if found is None and mode == "measure":
+        found = _measure(kernel, tensors, consts, tgt, options, tkey)
+    if found is None:
+        return None
+    candidate, seconds = found
+    try:
+        return compile_winner(kernel, tensors, key, consts, tgt, options, candidate, seconds)
+    except TileError as e:
+        warnings.warn(f"tilenest: the tuning database's winner for `{kernel.name}` "
+                      f"({candidate.label()}) does not compile any more, using the planner's "
+                      f"pick: {getattr(e, 'plain_message', e)}", TuningDBWarning, stacklevel=2)
+        return None
+
+
+def _winner(db: TuningDB, tkey: TuneKey) -> tuple[TuneCandidate, float] | None:
+    try:
+        return db.winner(tkey)
+    except TuneError as e:
+        warnings.warn(f"tilenest: cannot read the tuning database ({e.plain_message}); using "
+                      f"the planner's pick", TuningDBWarning, stacklevel=3)
+        return None
+
+
+def _measure(kernel: Any, tensors: dict, consts: dict[str, Any], tgt: str,
+             options: dict[str, Any], tkey: TuneKey) -> tuple[TuneCandidate, float] | None:
+    """TILENEST_TUNE=measure: tune this key now (not while it is being tuned already)."""
+    with _tuning_key(tkey.digest()) as first:
+        if not first:
+            return None
+        from tilenest.tune.tuner import tune
+
+        fixed = {n: v for n, v in consts.items() if not isinstance(v, Tunable)}
+        passed = {k: options[k] for k in TUNE_OPTIONS if k in options}
+        args = [tensors[n] for n in kernel.tensor_params]
+        tune(kernel, *args, target=tgt, progress=False, **fixed, **passed)
+    db = TuningDB.default()
+    return None if db is None else _winner(db, tkey)
+
+
+def compile_winner(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any], tgt: str,
+                   options: dict[str, Any], candidate: TuneCandidate, seconds: float) -> Any:
+    """Prepare the call with the winner's tunable values and plan record."""
+    from tilenest.backends.registry import preparer
+    from tilenest.lang.kernel import CompiledKernel, _consts_key
+
+    if candidate.target != tgt:
+        raise TuneError(f"the winner is a {candidate.target} candidate, the call runs on {tgt}",
+                        loc=None)
+    values = candidate.constants_dict()
+    open_ = {n for n, v in consts.items() if isinstance(v, Tunable)}
+    if set(values) != open_:
+        raise TuneError(f"the winner sets the tunables {sorted(values)}, the call leaves "
+                        f"{sorted(open_)} open", loc=None)
+    for name, value in values.items():
+        if not consts[name].admits(value):
+            raise TuneError(f"the winner's {name}={value!r} is not a declared value "
+                            f"({consts[name]!r})", loc=None)
+    resolved = {**consts, **values}
+    fn = kernel._function(tensors, key[0], resolved)
+    exe = preparer(tgt)(fn, {**options, "plan": candidate.plan_record()})
+    exe.explanation = (f"tuned: winner from the tuning database ({candidate.label()}, "
+                       f"measured {seconds * 1e3:.4g} ms)\n" + exe.explanation)
+    exe.extras["tuned"] = (candidate, seconds)
+    return CompiledKernel(kernel, (key[0], _consts_key(resolved)), exe, options)
