@@ -1,0 +1,224 @@
+"""`k.tune(...)`: the shortlist, the reference check, timing, the database records, and the
+plain calls that use the stored winner (cpu target, tiny shapes, quick timing)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from examples import EXAMPLES
+from examples.common import Case
+
+import tilenest as tn
+from tilenest.errors import BackendError
+from tilenest.tune import measure, tuner
+from tilenest.tune.db import TuningDB, TuningDBWarning
+from tilenest.tune.measure import Timing
+
+GEMM = EXAMPLES["gemm"]
+SOFTMAX = EXAMPLES["softmax"]
+QUICK = Timing(rounds=2, min_time_s=0.002, min_runs=2, max_runs=8, warmup_calls=1,
+               pause_s=0.0)
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """A private cache directory (the tuning database lives there) and quick timing."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    monkeypatch.setenv("TILENEST_CACHE_DIR", str(cache))
+    monkeypatch.delenv("TILENEST_TUNE", raising=False)
+    monkeypatch.setitem(measure.TUNE_TIMING, "cpu", QUICK)
+    monkeypatch.setattr(tuner, "MAX_ROTATION_BYTES", 1 << 20)
+
+
+def _args(example, shape: dict[str, int], seed: int = 0) -> list:
+    return example.prepare(np.random.default_rng(seed), Case(shape)).args
+
+
+def _gemm_args() -> list:
+    return _args(GEMM, {"M": 37, "N": 45, "K": 29})
+
+
+def _ok_rows(result) -> list:
+    return [r for r in result.rows if r.status == "ok"]
+
+
+def test_winner_is_the_fastest_checked_candidate_and_is_stored() -> None:
+    args = _gemm_args()
+    before = measure.MEASUREMENTS
+    result = GEMM.kernel.tune(*args, budget=5, target="cpu", progress=False)
+    ok = _ok_rows(result)
+    assert ok and all(r.status == "ok" for r in result.rows)
+    assert result.measurements == len(ok) <= 5
+    assert measure.MEASUREMENTS - before == result.measurements
+    fastest = min(ok, key=lambda r: r.median_s)
+    assert result.winner == fastest.candidate and fastest.regret == 0.0
+    assert all(r.regret >= 0.0 and r.samples and r.max_error <= r.tolerance for r in ok)
+    assert [r.role for r in result.rows].count("default") == 1
+    assert {"default", "model-top"} <= {r.role for r in result.rows}
+    assert result.winner_seconds > 0 and result.winner_samples and result.stored
+
+    db = TuningDB.default()
+    assert db is not None
+    assert db.winner(result.key) == (result.winner, result.winner_seconds)
+    samples = db.samples("cpu")
+    assert len(samples) == len(result.rows) + 1
+    remeasured = [s for s in samples if s.role == "winner-remeasure"]
+    assert len(remeasured) == 1 and remeasured[0].candidate == result.winner
+    for s in samples:  # what calibration will fit: the prediction and its terms
+        assert s.status == "ok" and s.predicted is not None and s.predicted > 0
+        assert s.terms and "arithmetic" in s.terms and len(s.seconds) >= 2
+
+    text = result.table()
+    assert result.winner.label() in text and "regret" in text and "predicted" in text
+
+
+def test_a_candidate_that_fails_to_compile_is_recorded_and_never_selected(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    args = _gemm_args()
+    real = tuner.compile_candidate
+
+    def failing(space, entry):
+        if entry.role == "default":
+            raise BackendError("forced: this plan has no emitter", loc=None)
+        return real(space, entry)
+
+    monkeypatch.setattr(tuner, "compile_candidate", failing)
+    result = GEMM.kernel.tune(*args, budget=4, target="cpu", progress=False)
+    default = next(r for r in result.rows if r.role == "default")
+    assert default.status == "compile-error" and "forced" in default.error
+    assert default.median_s is None and default.regret is None
+    assert result.winner != default.candidate
+    assert result.measurements == len(_ok_rows(result)) == len(result.rows) - 1
+    stored = {(s.candidate, s.status) for s in TuningDB.default().samples("cpu")}
+    assert (default.candidate, "compile-error") in stored
+    assert "compile-error" in result.table()
+
+
+def test_mismatching_and_raising_candidates_are_recorded_and_never_timed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    args = _gemm_args()
+    plain = GEMM.kernel.compile(*args, target="cpu")
+    pick = {n: plain.constants[n] for n in GEMM.kernel.tunables}
+    real = tuner.run_candidate
+    calls = {"wrong": 0}
+
+    def corrupt(compiled, tensors):
+        real(compiled, tensors)
+        same_values = {n: compiled.constants[n] for n in pick} == pick
+        if same_values and compiled.plan == plain.plan:  # the default: off by one
+            tensors[2][...] += 1.0
+            calls["wrong"] += 1
+        elif same_values:
+            raise RuntimeError("forced run failure")
+
+    monkeypatch.setattr(tuner, "run_candidate", corrupt)
+    result = GEMM.kernel.tune(*args, budget=5, target="cpu", progress=False)
+    by_role = {r.role: r for r in result.rows}
+    default = by_role["default"]
+    assert default.status == "mismatch" and calls["wrong"] == 1  # checked once, never timed
+    assert default.max_error > default.tolerance and "max relative error" in default.error
+    raising = [r for r in result.rows if r.status == "run-error"]
+    assert raising and all("forced run failure" in r.error for r in raising)
+    failed = {default.candidate} | {r.candidate for r in raising}
+    assert result.winner not in failed
+    assert result.measurements == len(result.rows) - len(failed)
+    statuses = {s.candidate: s.status for s in TuningDB.default().samples("cpu")}
+    assert statuses[default.candidate] == "mismatch"
+    assert all(statuses[r.candidate] == "run-error" for r in raising)
+
+
+def test_the_same_seed_gives_the_same_shortlist() -> None:
+    args = _gemm_args()
+
+    def entries(seed: int, budget: int) -> list:
+        kernel = tn.kernel(GEMM.kernel.fn)  # no planner results cached between the runs
+        plain = kernel.compile(*args, target="cpu")
+        space = tuner._Space(kernel, tuple(args), "cpu", {}, {})
+        return [(e.constants, e.plan, e.role) for e in tuner.shortlist(space, plain, budget,
+                                                                       seed)]
+
+    first = entries(3, 8)
+    assert first == entries(3, 8)
+    assert len(first) == 8 and first[0][2] == "default"
+    assert len({(c, p) for c, p, _ in first}) == len(first)
+    # Diverse: several assignments, spread over more than one value of each tunable.
+    assignments = {c for c, _, _ in first}
+    assert len(assignments) >= 3
+    for name in GEMM.kernel.tunables:
+        assert len({dict(c)[name] for c in assignments}) >= 2
+    assert len(entries(0, 2)) == 2
+
+
+def test_fixed_constants_are_never_varied(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = _gemm_args()
+    seen: set[tuple] = set()
+    real = tuner.run_candidate
+
+    def record(compiled, tensors):
+        seen.add((compiled.constants["BM"], compiled.constants["BK"]))
+        real(compiled, tensors)
+
+    monkeypatch.setattr(tuner, "run_candidate", record)
+    result = GEMM.kernel.tune(*args, budget=4, target="cpu", progress=False, BM=32, BK=16)
+    assert seen == {(32, 16)}
+    assert all(set(dict(r.candidate.constants)) == {"BN"} for r in result.rows)
+    assert "BM=32" in result.key.fixed or "32" in result.key.fixed
+
+
+def test_a_plain_call_then_uses_the_winner_without_measuring(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    args = _args(SOFTMAX, {"M": 16, "N": 24})
+    result = SOFTMAX.kernel.tune(*args, budget=4, target="cpu", progress=False)
+    monkeypatch.setenv("TILENEST_TUNE", "cached")
+    before = measure.MEASUREMENTS
+    ck = SOFTMAX.kernel.compile(*args, target="cpu")
+    assert ck.executable.extras["tuned"][0] == result.winner
+    assert dict(ck.constants)["ROWS"] == dict(result.winner.constants)["ROWS"]
+    assert ck.plan == result.winner.plan_record()
+    fresh = tn.kernel(SOFTMAX.kernel.fn)  # a new kernel object: nothing compiled in memory
+    run = SOFTMAX.prepare(np.random.default_rng(1), Case({"M": 16, "N": 24}))
+    fresh(*run.args, target="cpu")
+    run.check()
+    assert fresh.compile(*run.args, target="cpu").executable.extras["tuned"][0] == \
+        result.winner
+    assert measure.MEASUREMENTS == before
+
+
+def test_measure_mode_tunes_a_new_key_on_its_first_call_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TILENEST_TUNE", "measure")
+    run = SOFTMAX.prepare(np.random.default_rng(2), Case({"M": 9, "N": 20}))
+    before = measure.MEASUREMENTS
+    SOFTMAX.kernel(*run.args, target="cpu")
+    run.check()
+    tuned = measure.MEASUREMENTS - before
+    assert 1 <= tuned <= 20
+    again = SOFTMAX.prepare(np.random.default_rng(3), Case({"M": 9, "N": 20}))
+    SOFTMAX.kernel(*again.args, target="cpu")
+    again.check()
+    assert measure.MEASUREMENTS - before == tuned
+    entries = TuningDB.default().entries()
+    assert len(entries) == 1 and entries[0].winner is not None
+
+
+def test_without_a_database_tune_still_runs_and_warns(monkeypatch: pytest.MonkeyPatch
+                                                      ) -> None:
+    monkeypatch.setattr(TuningDB, "default", classmethod(lambda cls, create=True: None))
+    args = _args(SOFTMAX, {"M": 8, "N": 16})
+    with pytest.warns(TuningDBWarning, match="nothing is stored"):
+        result = SOFTMAX.kernel.tune(*args, budget=2, target="cpu", progress=False)
+    assert not result.stored and result.measurements >= 1
+    assert "NOT stored" in result.table()
+
+
+def test_integer_inputs_keep_the_callers_values() -> None:
+    ex = EXAMPLES["cross_entropy"]
+    run = ex.prepare(np.random.default_rng(4), ex.cases[0])
+    result = ex.kernel.tune(*run.args, budget=3, target="cpu", progress=False)
+    assert all(r.status == "ok" for r in result.rows), result.table()
+
+
+def test_bad_budget_is_an_argument_error() -> None:
+    with pytest.raises(tn.ArgumentError, match="budget"):
+        SOFTMAX.kernel.tune(*_args(SOFTMAX, {"M": 4, "N": 8}), budget=0, progress=False)
