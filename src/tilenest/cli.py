@@ -1,5 +1,5 @@
 """The `tilenest` command: `demo` (the main job), `ir` (print a kernel's TileIR), `bench`,
-`explain` (the planning result of a kernel)."""
+`explain` (the planning result of a kernel), `tune` (the tuning database)."""
 
 from __future__ import annotations
 
@@ -170,27 +170,48 @@ def _explain_inputs(module: Any, kern: Any, args: argparse.Namespace) -> tuple[l
     return tensors, consts
 
 
+def _module_name(path: Path) -> str:
+    """The dotted name a file has when imported from its package root (`examples.gemm`), so
+    a kernel loaded here keys the tuning database as the program importing it does."""
+    parts = [path.stem]
+    parent = path.parent
+    while (parent / "__init__.py").exists() and parent.parent != parent:
+        parts.insert(0, parent.name)
+        parent = parent.parent
+    return ".".join(parts)
+
+
+def load_kernel(target: str, command_name: str) -> tuple[Any, Any]:
+    """(module, kernel) of `FILE::KERNEL`: the file imported under its package's name."""
+    import importlib.util
+
+    path, _, name = target.partition("::")
+    if not name:
+        raise SystemExit(f"tilenest {command_name}: expected FILE::KERNEL")
+    resolved = Path(path).resolve()
+    root = str(resolved.parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    module_name = _module_name(resolved)
+    module = sys.modules.get(module_name)
+    if getattr(module, "__file__", None) != str(resolved):
+        spec = importlib.util.spec_from_file_location(module_name, resolved)
+        if spec is None or spec.loader is None:
+            raise SystemExit(f"tilenest {command_name}: cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    kern = getattr(module, name, None)
+    if kern is None:
+        raise SystemExit(f"tilenest {command_name}: {path} has no kernel {name!r}")
+    return module, kern
+
+
 @command("explain", "plan a kernel and show why its plan won (candidates, costs, rejected)",
          _explain_args)
 def explain(args: argparse.Namespace) -> int:
-    import importlib.util
-
     from tilenest.plan.explain import render
 
-    path, _, name = args.kernel.partition("::")
-    if not name:
-        raise SystemExit("tilenest explain: expected FILE::KERNEL")
-    root = str(Path(path).resolve().parent.parent)
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"tilenest explain: cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    kern = getattr(module, name, None)
-    if kern is None:
-        raise SystemExit(f"tilenest explain: {path} has no kernel {name!r}")
+    module, kern = load_kernel(args.kernel, "explain")
     tensors, consts = _explain_inputs(module, kern, args)
     options: dict[str, Any] = {}
     if args.constraints:
@@ -203,6 +224,20 @@ def explain(args: argparse.Namespace) -> int:
     else:
         print(compiled.explain())
     return 0
+
+
+def _tune_args(p: argparse.ArgumentParser) -> None:
+    from tilenest.tune.cli import configure
+
+    configure(p)
+
+
+@command("tune", "measure a kernel's best candidates into the tuning database, or list, "
+                 "clear, export or import the database", _tune_args)
+def tune(args: argparse.Namespace) -> int:
+    from tilenest.tune.cli import run
+
+    return run(args)
 
 
 def main(argv: list[str] | None = None) -> int:

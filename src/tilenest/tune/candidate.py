@@ -174,12 +174,15 @@ class TuneCandidate:
         return cls(target, _pairs(data["constants"], "constants", None), plan)
 
     def label(self) -> str:
-        """Short text: the tunable values, then the plan fields that differ from the record's
-        defaults (`BM128 BN256 BK64 w8 s3`)."""
+        """Short text: the tunable values, then (in the record's order) the warps and stages
+        and the plan fields that differ from the record's defaults (`BK64 BM128 BN256 w8
+        s3`)."""
         parts = [f"{n}{_short(v)}" for n, v in self.constants]
         defaults = plan_class(self.target)()
         assert is_dataclass(defaults)
-        for name, v in self.plan:
+        plan = dict(self.plan)
+        for name in (f.name for f in fields(defaults) if f.name in plan):  # record order
+            v = plan[name]
             if name not in LABEL_ALWAYS and getattr(defaults, name, object()) == v:
                 continue
             short = LABEL_NAMES.get(name)
