@@ -18,10 +18,18 @@ that function and is left out, so the planner's space does not grow for nothing.
   again soon. `None` (the default): `True` for tensors larger than the last-level cache
   whose tiles write rows of at least 4 KiB (short row pieces measured slower streamed).
   Functions that store to tensors have the choice.
+
+The planner's pick: `choose(fn, vector_bits)` prices every listed value with the family
+terms of `family_cost.py` and keeps the cheapest (ties: the default); the CPU target fills
+the fields the caller did not fix with those picks before it searches the other controls,
+and `explain()` prints the prices.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from tilenest.backends.cpu.family_cost import FamilyPricer, HostShape
 from tilenest.backends.cpu.plan import MATH_INTERLEAVES, CpuPlan
 from tilenest.ir.core import Function
 
@@ -43,3 +51,30 @@ def families(fn: Function) -> dict[str, tuple[object, ...]]:
         out["math_interleave"] = (default,) + tuple(v for v in MATH_INTERLEAVES
                                                     if v != default)
     return out
+
+
+@dataclass(frozen=True)
+class FamilyChoice:
+    """The picked value of every listed family, and each value's price."""
+
+    picks: dict[str, object]
+    prices: dict[str, dict[object, float]]
+
+    def describe(self) -> str:
+        if not self.picks:
+            return "realization families: none listed"
+        parts = []
+        for field, pick in self.picks.items():
+            priced = ", ".join(f"{v!r}: {p:.4g}" for v, p in self.prices[field].items())
+            parts.append(f"{field}={pick!r} (priced {priced})")
+        return "realization families: " + "; ".join(parts)
+
+
+def choose(fn: Function, vector_bits: int, fixed: frozenset[str] = frozenset()
+           ) -> FamilyChoice:
+    """Price every listed value of `fn`'s families on this host; fields in `fixed` (the
+    caller's plan or constraints) are not chosen."""
+    listed = {k: v for k, v in families(fn).items() if k not in fixed}
+    chosen = FamilyPricer(HostShape.of(vector_bits)).choose(fn, listed)
+    return FamilyChoice({k: v for k, (v, _) in chosen.items()},
+                        {k: p for k, (_, p) in chosen.items()})

@@ -115,26 +115,31 @@ def _fast_axis(em: Emitter, op: Op, take: Op, state: ClosedState) -> bool:
 
     minmax = t.dtype.is_float and name in ("maximum", "minimum")
     largest = name == "maximum"
-    mask_t = ir.VectorType(ir.IntType(elem.width if isinstance(elem, ir.IntType) else
-                                      (64 if elem == sc.F64 else 32)), p)
-
-    def nan_mask(v: ir.Value) -> ir.Value:
-        # NaN lanes as all-ones integers (the compare's own mask register), OR-ed into an
-        # integer chain: a chain of <P x i1> is legalized to packed bytes on x86 (five
-        # shuffles per step, measured on znver3).
-        return b.sext(b.fcmp_unordered("uno", v, v), mask_t)
 
     def step(g: ir.Value, vals: list[ir.Value]) -> list[ir.Value]:
         v = vector(coords_now[0], b.mul(g, c64(p)))
         if not minmax:
             return [_combine(b, name, t.dtype, vals[0], v)]
         # max/min: the result chain is a plain integer max/min of IEEE-ordered keys (one
-        # pmaxs/pmins per step, -0.0 < +0.0 for free); NaNs are tracked on a separate chain
-        # and replace the result by the canonical NaN at the end (the reference's rule).
-        key, seen = vals
+        # pmaxs/pmins per step, -0.0 < +0.0 for free). A second chain keeps the opposite
+        # extremum of the keys: a NaN's key lies outside [key(-inf), key(+inf)] (above it
+        # with the sign clear, below it with the sign set), so the two chains together see
+        # every NaN, and the canonical NaN replaces the result at the end (the reference's
+        # rule). Two integer max/min per step: a chain of NaN masks (<P x i1>) is legalized
+        # to packed bytes on x86 (several shuffles per step, measured on znver3).
         k = sc.ordered_key(b, v)
-        better = b.icmp_signed(">" if largest else "<", k, key)
-        return [b.select(better, k, key), b.or_(seen, nan_mask(v))]
+        key, other = vals
+        return [_extreme(k, key, largest), _extreme(k, other, not largest)]
+
+    def _extreme(k: ir.Value, acc: ir.Value, high: bool) -> ir.Value:
+        return b.select(b.icmp_signed(">" if high else "<", k, acc), k, acc)
+
+    def nan_seen(result: ir.Value, other: ir.Value) -> ir.Value:
+        inf = float("inf")
+        top = sc.ordered_key(b, ir.Constant(vec_t, [inf] * p))
+        bottom = sc.ordered_key(b, ir.Constant(vec_t, [-inf] * p))
+        high, low = (result, other) if largest else (other, result)
+        return b.or_(b.icmp_signed(">", high, top), b.icmp_signed("<", low, bottom))
 
     coords_now: list[list[ir.Value]] = [[]]
 
@@ -143,14 +148,14 @@ def _fast_axis(em: Emitter, op: Op, take: Op, state: ClosedState) -> bool:
         if groups >= 1:
             first = vector(coords, c64(0))
             if minmax:
-                inits = [sc.ordered_key(b, first), nan_mask(first)]
+                first_key = sc.ordered_key(b, first)
+                inits = [first_key, first_key]
             else:
                 inits = [first]
             vals = em.loop_carried(1, groups, inits, step, name="grp")
             acc = vals[0]
             if minmax:
-                seen = b.icmp_signed("!=", vals[1], ir.Constant(mask_t, None))
-                acc = b.select(seen, sc.canonical_nan(vec_t),
+                acc = b.select(nan_seen(vals[0], vals[1]), sc.canonical_nan(vec_t),
                                sc.from_ordered_key(b, acc, vec_t))
             parts = [b.extract_element(acc, c64(k)) for k in range(p)]
             for k in range(n - groups * p):

@@ -30,6 +30,8 @@ from tilenest.backends.cpu.cost import TERMS as TERMS
 from tilenest.backends.cpu.cost import WEIGHTS as WEIGHTS
 from tilenest.backends.cpu.cost import CpuCostPolicy as CpuCostPolicy
 from tilenest.backends.cpu.cost import SeedCostPolicy as SeedCostPolicy
+from tilenest.backends.cpu.families import FamilyChoice
+from tilenest.backends.cpu.families import choose as choose_families
 from tilenest.backends.cpu.jit import host_info
 from tilenest.backends.cpu.plan import CpuPlan, default_partitions, validate
 from tilenest.backends.registry import Executable
@@ -141,7 +143,7 @@ class CpuTargetInfo:
     def __init__(self, width: int, workers: int, vector_bits: int,
                  constraints: Constraints | None = None, *, fma_requested: bool = False,
                  allow_fma: bool = False, budget: int | None = None,
-                 partitions: int = 4) -> None:
+                 partitions: int = 4, families: FamilyChoice | None = None) -> None:
         self.width, self.workers, self.vector_bits = width, workers, vector_bits
         self.partitions = partitions
         self.constraints = constraints or Constraints()
@@ -155,6 +157,8 @@ class CpuTargetInfo:
         self._facts: TargetFacts | None = None
         self._fixed = dict(self.constraints.items())
         self._fixed.pop("allow_fma", None)
+        # families.choose: the picks of the fields the caller did not fix, and their prices
+        self.family_choice = families or FamilyChoice({}, {})
 
     def target(self) -> TargetFacts:
         if self._facts is None:
@@ -224,6 +228,8 @@ class CpuTargetInfo:
         for name, value in searched.items():
             fields_.setdefault(name, value)
         fields_.setdefault("reduction_partitions", self.partitions)
+        for name, value in self.family_choice.picks.items():
+            fields_.setdefault(name, value)
         fields_["allow_fma"] = self.allow_fma
         got = self._plans[key] = CpuPlan(**fields_)
         self._by_binding[id(b)] = (b, candidate.distribution, got)
@@ -356,8 +362,10 @@ def plan_cpu(fn: Function, options: dict[str, Any]):  # -> (PlanningResult, CpuT
     policy = as_policy(options.get("policy"))
     cons, fma = _constraints(options, width)
     workers = cons.get("num_threads") or env_num_threads()
+    picked = choose_families(fn, vector_bits, frozenset(k for k, _ in cons.items()))
     info = CpuTargetInfo(width, workers, vector_bits, cons, fma_requested=fma,
-                         allow_fma=policy.allow_fma, partitions=default_partitions(fn))
+                         allow_fma=policy.allow_fma, partitions=default_partitions(fn),
+                         families=picked)
     opts = planner_options(options, cons)
     return plan(fn, info, opts), info
 
@@ -377,6 +385,7 @@ def prepare(fn: Function, options: dict[str, Any], planned: tuple[Any, Any] | No
         f"numerical policy: {policy.describe()}\n"
         f"target cpu ({host.cpu_name}, {host.vector_bits}-bit vectors, packet width "
         f"{info.width} x f32, {info.workers} threads)\nplan: {chosen.describe()}\n"
+        f"{info.family_choice.describe()}\n"
         f"phases: " + ", ".join(f"{p.name} ({p.programs} programs, {p.lanes} per packet)"
                                  for p in exe.fast.lowered.phases) + "\n" + render(result))
     dump("plan", fn.name, "txt", explanation)

@@ -24,6 +24,7 @@ and `alwaysinline`, so after inlining the loop body is straight-line vectorizabl
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Sequence
 
@@ -138,23 +139,31 @@ class _Emit:
         sign = self.b.and_(self.bits(sign_of), self.ci(1 << (self.t.width - 1)))
         return self.from_bits(self.b.or_(self.bits(mag), sign))
 
-    def pow2(self, n: ir.Value) -> ir.Value:
-        """2^n for an integer n in the normal exponent range, built from exponent bits."""
-        biased = self.b.add(n, self.ci(self.t.bias))
-        return self.from_bits(self.b.shl(biased, self.ci(self.t.mant)))
+    def scale_factors(self, biased: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(2^n1, 2^n2) with n1 = floor(n / 2), n2 = n - n1, from e = n + 2 * bias: the
+        biased exponents are e1 = e >> 1 = n1 + bias and e2 = e - e1 = n2 + bias, so each
+        factor is one shift (both normal for every n the exp reduction produces)."""
+        e1 = self.b.ashr(biased, self.ci(1))
+        e2 = self.b.sub(biased, e1)
+        return (self.from_bits(self.b.shl(e1, self.ci(self.t.mant))),
+                self.from_bits(self.b.shl(e2, self.ci(self.t.mant))))
 
     def round_int(self, t: ir.Value) -> tuple[ir.Value, ir.Value]:
-        """(float n, int n) with n = t rounded to nearest-even, for |t| < 2^(mant-1).
+        """(float n, n + 2 * bias as an integer) with n = t rounded to nearest-even, for
+        |t| < 2^(mant-1).
 
         Adding 1.5*2^mant pushes the fraction bits out of the significand (one RNE rounding in
         the add); subtracting it back gives n exactly, and the low bits of the sum's bit
-        pattern are n as an integer (biased by the magic's own bits). Without fast-math LLVM
-        may not fold (t + M) - M, so this survives optimisation."""
-        magic = self.c(1.5 * 2.0**self.t.mant)
-        s = self.add(t, magic)
-        n_float = self.sub(s, magic)
-        n_int = self.b.sub(self.bits(s), self.bits(magic))
-        return n_float, n_int
+        pattern are n as an integer (biased by the magic's own bits, which the one integer
+        subtraction replaces by 2 * bias: what `scale_factors` takes). Without fast-math
+        LLVM may not fold (t + M) - M, so this survives optimisation."""
+        magic = 1.5 * 2.0**self.t.mant
+        s = self.add(t, self.c(magic))
+        n_float = self.sub(s, self.c(magic))
+        pack, word = ("<f", "<I") if self.t.width == 32 else ("<d", "<Q")
+        magic_bits = struct.unpack(word, struct.pack(pack, magic))[0]
+        n_biased = self.b.sub(self.bits(s), self.ci(magic_bits - 2 * self.t.bias))
+        return n_float, n_biased
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,18 +223,18 @@ def _exp_parts(e: _Emit, x: ir.Value) -> tuple[ir.Value, ir.Value]:
     # propagates it, and the integer ops are total, so garbage bits from it are harmless).
     xc = e.sel(e.cmp("<", x, e.c(lo_clamp)), e.c(lo_clamp), x)
     xc = e.sel(e.cmp(">", xc, e.c(hi_clamp)), e.c(hi_clamp), xc)
-    n_f, n_i = e.round_int(e.mul(xc, e.c(_LOG2E)))
+    n_f, n_biased = e.round_int(e.mul(xc, e.c(_LOG2E)))
     ln2_hi, ln2_lo = (_LN2_HI_F32, _LN2_LO_F32) if f32 else (_LN2_HI_F64, _LN2_LO_F64)
     hi = e.sub(xc, e.mul(n_f, e.c(ln2_hi)))  # exact
     lo = e.mul(n_f, e.c(ln2_lo))
     r = e.sub(hi, lo)  # |r| <= ln2/2 + tiny
     if f32:
-        # r's own rounding error (hi - r) - lo (exact, Fast2Sum: |hi| >= |lo| whenever it
-        # matters) is worth up to 0.5 ulp of the result; fold it into the small terms.
-        r_err = e.sub(e.sub(hi, r), lo)
+        # exp(r) - 1 = r + r^2 Q(r) assembled from the exact hi and lo parts of r (fdlibm's
+        # order): p = hi - (lo - r^2 Q). The rounding error of r itself (up to 0.5 ulp of
+        # the result) never enters p; only r^2 Q is computed from the rounded r.
         r2 = e.mul(r, r)
         q = e.estrin(r, r2, _EXP_Q6_F32)
-        p = e.add(r, e.add(e.mul(r2, q), r_err))
+        p = e.sub(hi, e.sub(lo, e.mul(r2, q)))
     else:
         t = e.mul(r, r)
         c = e.sub(r, e.mul(t, e.horner(t, _EXP_P_F64)))
@@ -236,9 +245,7 @@ def _exp_parts(e: _Emit, x: ir.Value) -> tuple[ir.Value, ir.Value]:
     # Multiply by 2^n in two steps 2^n1 * 2^n2 (n1 = n>>1, n2 = n - n1) so that both factors
     # are normal for every n in [-1077, 1025]: the first product is exact, the second rounds
     # exactly once, also when the result is denormal or overflows.
-    n1 = e.b.ashr(n_i, e.ci(1))
-    n2 = e.b.sub(n_i, n1)
-    s1, s2 = e.pow2(n1), e.pow2(n2)
+    s1, s2 = e.scale_factors(n_biased)
     return e.mul(e.mul(y, s1), s2), e.mul(e.mul(y_lo, s1), s2)
 
 
@@ -360,13 +367,14 @@ def _sigmoid(e: _Emit, x: ir.Value) -> ir.Value:
     # t_lo: to first order q + (num_lo - q*s_err)/s with q = num/s. The exp error (as a
     # rounded t it is up to 1 ulp of t, i.e. up to 1.5 ulp of the result) and the rounding of
     # 1 + t are thereby removed; the final rounding is what is left (measured <= 1 ulp).
-    # The correction is divided as a product with w = 1/s: a second correctly rounded
-    # division independent of q, so the two divisions overlap instead of following each
-    # other (the correction is ~1 ulp of q, so w's own rounding is negligible there).
+    # The correction is divided as a product with w ~ 1/s, taken from q without a second
+    # division: 1/s is q itself for x >= 0 (num = 1) and 1 - q for x < 0 (num = t, and
+    # 1/(1+t) = 1 - t/(1+t)). The correction is ~1 ulp of q, so w's own rounding
+    # (relative 2^-24) is negligible there.
     s = e.add(e.c(1.0), t)
     s_err = e.add(e.add(e.sub(e.c(1.0), s), t), t_lo)
     q = e.div(num, s)
-    w = e.div(e.c(1.0), s)
+    w = e.sel(neg, e.sub(e.c(1.0), q), q)
     return e.add(q, e.mul(e.sub(num_lo, e.mul(q, s_err)), w))  # NaN in -> NaN out
 
 
@@ -410,3 +418,53 @@ def math_function(module: ir.Module, name: str, ty: ir.Type) -> ir.Function:
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     builder.ret(_BODIES[name](_Emit(builder, module, fmt), fn.args[0]))
     return fn
+
+
+class BodyStats:
+    """The shape of one math function's body, for the cost model: `ops` instructions
+    (bitcasts are free), `depth` the longest dependency chain in instructions, `constants`
+    the distinct non-immediate constants (each holds a vector register, or a reload, in a
+    vectorized loop: shift amounts are immediates)."""
+
+    def __init__(self, ops: int, depth: int, constants: int) -> None:
+        self.ops, self.depth, self.constants = ops, depth, constants
+
+    def __repr__(self) -> str:
+        return f"BodyStats(ops={self.ops}, depth={self.depth}, constants={self.constants})"
+
+
+_SHIFTS = frozenset({"shl", "lshr", "ashr"})
+
+
+@functools.cache
+def body_stats(name: str, bits: int = 32) -> BodyStats:
+    """`BodyStats` of `tilenest.<name>.<f32|f64>` as this module emits it (before LLVM's
+    optimizations, which keep its structure: no fast-math, nothing to re-associate)."""
+    module = ir.Module(name="stats")
+    fn = math_function(module, name, ir.FloatType() if bits == 32 else ir.DoubleType())
+    body = list(fn.blocks[0].instructions)
+    live: set[int] = set()
+    pending = [i for i in body if isinstance(i, ir.Ret)]
+    while pending:  # only what the result depends on (the rest is dead code for LLVM)
+        instr = pending.pop()
+        if id(instr) not in live:
+            live.add(id(instr))
+            pending.extend(o for o in instr.operands if isinstance(o, ir.Instruction))
+    depth: dict[int, int] = {}
+    constants: set[str] = set()
+    ops = longest = 0
+    for instr in body:
+        if isinstance(instr, ir.Ret) or id(instr) not in live:
+            continue
+        free = instr.opname == "bitcast"
+        level = 0
+        for k, operand in enumerate(instr.operands):
+            if isinstance(operand, ir.Constant):
+                if not (instr.opname in _SHIFTS and k == 1):
+                    constants.add(str(operand))
+            elif isinstance(operand, ir.Instruction):
+                level = max(level, depth.get(id(operand), 0))
+        depth[id(instr)] = level + (0 if free else 1)
+        ops += 0 if free else 1
+        longest = max(longest, depth[id(instr)])
+    return BodyStats(ops, longest, len(constants))

@@ -1,0 +1,205 @@
+"""Prices of the realization families (`families.py`): the cost-model terms the CPU target
+uses to pick each family's value for a function before the planner ranks its candidates.
+
+Families are separable: each field's value changes only its own term, so each is chosen by
+its own price (relative work per element of the loops it affects; the units of two fields
+are never compared). Ties keep the `CpuPlan` default (listed first). Coefficients are
+finite and non-negative; measured on a 2-core znver3 (AVX2) under foreign load, see
+benchmarks/results/cpu-issue9-families-*.md for the planner's pick against every value.
+
+- `math_interleave` (k vectors per iteration of a loop calling exp/log/tanh/sigmoid), per
+  vector of each such call, from the function body's shape (`vecmath.body_stats`):
+
+      c(k) = max(ops / issue, depth * latency / (k * overlap))
+             + spill * max(0, constants + k * live - registers) / k
+
+  the throughput bound (ops over the vector pipes), the latency bound (the body's chain of
+  dependent roundings over the k interleaved vectors and the `overlap` iterations the
+  out-of-order window runs beside them), and the spills of a body whose constants and
+  `live` temporaries per vector exceed the vector registers (16 on AVX2, 32 on AVX-512).
+  On AVX2 exp (32 ops, depth 21, 13 constants) prices 31.5 / 16.3 / 9.3 / 9.6 for k = 1 / 2
+  / 4 / 8: the measured order (softmax 4096^2: 4 fastest, 8 within 3%, 2 4-12% slower, 1
+  7-20% slower). Loops that first read DRAM-sized tensors keep k = 1 whatever the value
+  (emitter.py); the price does not see that, and needs not: there every value is the same.
+- `nontemporal_stores`, per element of each store: False pays the read-for-ownership of
+  every output line that the last-level cache cannot hold (`rfo` x the share of the output
+  tensor past the LLC); True pays the staging copy through L1 (`stage`), plus the loss of
+  write combining on row pieces shorter than a page (`short_row` x (1 - row bytes / 4096):
+  rows of 1 KiB ran 0.68x, 512 B 0.5x), or, where the staged path cannot take the store
+  (half types, strided rows), scalar non-temporal stores (`scalar_nt`); None pays what its
+  size rule does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from tilenest.backends.cpu.caches import last_level_cache_bytes
+from tilenest.backends.cpu.vecmath import body_stats
+from tilenest.errors import ArgumentError
+from tilenest.ir.core import Function, Op
+from tilenest.ir.types import TensorType, TileType
+
+FAMILY_WEIGHTS: dict[str, float] = {"issue": 4.0, "latency": 3.0, "overlap": 2.0, "live": 2.0,
+                                    "spill": 1.0, "rfo": 1.0, "stage": 0.1, "short_row": 2.0,
+                                    "scalar_nt": 4.0}
+PAGE_BYTES = 4096
+STREAM_MIN_ROW_BYTES = 4096  # rules_memory.STREAM_MIN_ROW_BYTES (the size rule)
+MATH_OPS = ("exp", "log", "tanh", "sigmoid")
+
+
+@dataclass(frozen=True)
+class HostShape:
+    """What the prices read of the host: vector registers and width, the LLC size."""
+
+    vector_bits: int
+    llc_bytes: int
+
+    @property
+    def registers(self) -> int:
+        return 32 if self.vector_bits >= 512 else 16
+
+    @classmethod
+    def of(cls, vector_bits: int) -> HostShape:
+        return cls(vector_bits, last_level_cache_bytes())
+
+
+def _elements(shape: tuple) -> int:
+    n = 1
+    for e in shape:
+        n *= 1 if e is None else e
+    return n
+
+
+def _programs(fn: Function) -> dict[int, int]:
+    """id(op) -> how many times it runs (the product of the enclosing region domains)."""
+    counts: dict[int, int] = {}
+
+    def visit(ops: list[Op], times: int) -> None:
+        for op in ops:
+            counts[id(op)] = times
+            domain = op.attrs.get("domain")
+            inner = times * _elements(tuple(e for _, e in domain)) if domain else times
+            if op.name == "map":  # its body runs once per element of the result tile
+                t = op.results[0].type
+                inner = times * (_elements(t.shape) if isinstance(t, TileType) else 1)
+            for region in op.regions:
+                visit(region.ops, inner)
+
+    visit(fn.body.ops, 1)
+    return counts
+
+
+def interleave_price(name: str, bits: int, k: int, host: HostShape,
+                     w: Mapping[str, float]) -> float:
+    """c(k): relative cycles per vector of one `name` call interleaved k ways."""
+    s = body_stats(name, bits)
+    bound = max(s.ops / w["issue"], s.depth * w["latency"] / (k * w["overlap"]))
+    excess = max(0.0, s.constants + k * w["live"] - host.registers)
+    return bound + w["spill"] * excess / k
+
+
+def _math_interleave(fn: Function, value: object, host: HostShape,
+                     w: Mapping[str, float]) -> float:
+    times = _programs(fn)
+    total = 0.0
+    for op in fn.walk():
+        if op.name not in MATH_OPS:
+            continue
+        t = op.results[0].type
+        if not isinstance(t, TileType) or t.dtype.bits not in (32, 64) or not t.dtype.is_float:
+            bits = 32
+        else:
+            bits = t.dtype.bits
+        width = max(1, host.vector_bits // bits)
+        vectors = (_elements(t.shape) if isinstance(t, TileType) else 1) / width
+        total += times.get(id(op), 1) * vectors * interleave_price(op.name, bits, int(value),
+                                                                   host, w)
+    return total
+
+
+def _streamable(op: Op, host: HostShape) -> bool:
+    """Whether the staged non-temporal path can take this store (rules_memory._streams,
+    less the size rule)."""
+    tensor = op.operands[0].type
+    assert isinstance(tensor, TensorType)
+    shape = op.attrs["shape"]
+    kept = [i for i, e in enumerate(shape) if e is not None]
+    dtype = tensor.dtype
+    if not kept or host.vector_bits < 128 or dtype.is_bool or dtype.bits not in (32, 64):
+        return False
+    if dtype.name in ("f16", "bf16") or tensor.strides[kept[-1]] != 1:
+        return False
+    return shape[kept[-1]] >= host.vector_bits // dtype.bits
+
+
+def _tensor_bytes(t: TensorType) -> int:
+    return max(1, t.dtype.bits // 8) * _elements(t.shape)
+
+
+def store_price(op: Op, choice: bool | None, host: HostShape, w: Mapping[str, float]
+                ) -> float:
+    """Relative work per element of one store under a `nontemporal_stores` value."""
+    tensor = op.operands[0].type
+    assert isinstance(tensor, TensorType)
+    shape = op.attrs["shape"]
+    kept = [e for e in shape if e is not None]
+    row_bytes = (kept[-1] if kept else 1) * max(1, tensor.dtype.bits // 8)
+    size = _tensor_bytes(tensor)
+    if choice is None:  # the size rule of rules_memory._streams
+        choice = size > host.llc_bytes and row_bytes >= STREAM_MIN_ROW_BYTES
+    if not choice:
+        return w["rfo"] * max(0.0, 1.0 - host.llc_bytes / size)
+    if not _streamable(op, host):
+        return w["scalar_nt"]
+    return w["stage"] + w["short_row"] * max(0.0, 1.0 - row_bytes / PAGE_BYTES)
+
+
+def _nontemporal_stores(fn: Function, value: object, host: HostShape,
+                        w: Mapping[str, float]) -> float:
+    times = _programs(fn)
+    total = 0.0
+    for op in fn.walk():
+        if op.name == "store":
+            elements = _elements(op.attrs["shape"]) * times.get(id(op), 1)
+            total += elements * store_price(op, value, host, w)  # type: ignore[arg-type]
+    return total
+
+
+Price = Callable[[Function, object, HostShape, Mapping[str, float]], float]
+FAMILY_PRICES: dict[str, Price] = {"math_interleave": _math_interleave,
+                                   "nontemporal_stores": _nontemporal_stores}
+
+
+class FamilyPricer:
+    """Prices every value of every family of a function; `choose` keeps the cheapest."""
+
+    def __init__(self, host: HostShape, **weights: float) -> None:
+        unknown = set(weights) - set(FAMILY_WEIGHTS)
+        if unknown:
+            raise ArgumentError(f"unknown family weights {sorted(unknown)}; known: "
+                                f"{sorted(FAMILY_WEIGHTS)}", loc=None)
+        self.host = host
+        self.weights = {**FAMILY_WEIGHTS, **weights}
+
+    def price(self, fn: Function, field: str, value: object) -> float:
+        pricing = FAMILY_PRICES.get(field)
+        if pricing is None:
+            raise ArgumentError(f"no price for the family {field!r}; priced: "
+                                f"{sorted(FAMILY_PRICES)}", loc=None)
+        return pricing(fn, value, self.host, self.weights)
+
+    def choose(self, fn: Function, listed: Mapping[str, tuple[object, ...]]
+               ) -> dict[str, tuple[object, dict[object, float]]]:
+        """Field -> (the cheapest value, every value's price); ties keep the earlier value
+        (the default is listed first)."""
+        out: dict[str, tuple[object, dict[object, float]]] = {}
+        for field, values in listed.items():
+            prices = {v: self.price(fn, field, v) for v in values}
+            best = values[0]
+            for v in values[1:]:
+                if prices[v] < prices[best] * (1.0 - 1e-9):
+                    best = v
+            out[field] = (best, prices)
+        return out
