@@ -99,8 +99,9 @@ class TuneResult:
         console.print(table)
         console.print(f"winner (* above): {self.winner.label()}, remeasured alone "
                       f"{self.winner_seconds * 1e6:.2f} µs; predicted costs are relative work"
-                      f" (uncalibrated)" + ("" if self.stored else
-                                            "; NOT stored (no usable tuning database)"))
+                      f" (uncalibrated)")
+        if not self.stored:
+            console.print("NOT stored: no usable tuning database")
         for note in self.notes:
             console.print(f"note: {note}")
         return buffer.getvalue()

@@ -76,6 +76,7 @@ class _Space:
         self.open = [n for n in kernel.tunables if n not in constants]
         self.plannings: dict[tuple, Any] = {}
         self.notes: list[str] = []
+        self.plain: Any = None  # the plain call's CompiledKernel (the default candidate)
 
     def compile(self, assignment: dict[str, Any], plan: Any = None) -> Any:
         kwargs = {**self.constants, **self.options, **assignment}
@@ -88,12 +89,31 @@ class _Space:
         key = tuple(assignment.items())
         if key not in self.plannings:
             try:
-                self.plannings[key] = self.compile(assignment).planning
+                self.plannings[key] = self._plan(assignment)
             except TileError as e:
                 self.plannings[key] = None
                 self.notes.append(f"{_label(assignment)} not shortlisted: "
                                   f"{_first_line(e)}")
         return self.plannings[key]
+
+    def _plan(self, assignment: dict[str, Any]) -> Any:
+        """Capture and plan, without generating code (a shortlisted candidate is compiled
+        later with its own plan record): the kernel's per-assignment planner cache, as its
+        tunable search fills it, so an assignment the search planned is not planned again."""
+        from tilenest.backends.registry import planner
+        from tilenest.lang.kernel import _Planned
+
+        kernel = self.kernel
+        tensors, consts, spec_key = kernel._bind(self.args, {**self.constants, **assignment})
+        pkey = (spec_key, self.target, tuple(sorted(self.options.items())))
+        got = kernel._plans.get(pkey)
+        if got is None:
+            plan_one = planner(self.target)
+            if plan_one is None:
+                raise TuneError(f"target {self.target!r} has no planner", loc=None)
+            fn = kernel._function(tensors, spec_key[0], consts)
+            got = kernel._plans[pkey] = _Planned(fn, plan_one(fn, self.options))
+        return got.result
 
 
 def _label(assignment: dict[str, Any]) -> str:
@@ -368,7 +388,10 @@ def run_candidate(compiled: Any, tensors: list[Any]) -> None:
 
 
 def compile_candidate(space: _Space, entry: Entry) -> Any:
-    """A shortlisted candidate compiled with its tunable values and its plan record."""
+    """A shortlisted candidate compiled with its tunable values and its plan record (the
+    default is the plain call's own compile: the same values and record)."""
+    if entry.role == "default" and space.plain is not None:
+        return space.plain
     return space.compile(dict(entry.constants), entry.plan)
 
 
@@ -416,12 +439,14 @@ def tune(kernel: Any, *args: Any, budget: int = 20, target: str | None = None,
     kwargs = dict(fixed)
     options = kernel._options(kwargs)  # planner options the call fixes; the rest constants
     with _database_off():
+        _forget_plain_compiles(kernel, args, kwargs)  # one cached may be a stored winner's
         plain = kernel.compile(*args, target=target, **kwargs, **options)
         if plain.planning is None or plain.planning.selected is None:
             raise TuneError(f"target {plain.target!r} plans nothing, so there is nothing to "
                             f"tune for `{kernel.name}`", loc=None)
         key = key_for(kernel, args, fixed, plain.target)
         space = _Space(kernel, args, plain.target, kwargs, options)
+        space.plain = plain
         with progress_bar(progress, kernel.name) as bar:
             bar.phase("shortlist", 1)
             entries = shortlist(space, plain, budget, seed)
@@ -448,9 +473,9 @@ def tune(kernel: Any, *args: Any, budget: int = 20, target: str | None = None,
 
 
 def _forget_plain_compiles(kernel: Any, args: tuple, constants: dict[str, Any]) -> None:
-    """Drop the kernel's compiled plain calls of this signature (tune's own, and any made
-    before it): the next plain call builds again, so the tuning database's new winner is
-    consulted (`Kernel._build` asks it; a compile cached before would bypass it)."""
+    """Drop the kernel's compiled plain calls of this signature: before tuning (one may be a
+    stored winner's, and the default must be the model's pick) and after (tune's own, so the
+    next plain call builds again and `Kernel._build` consults the database's new winner)."""
     _tensors, _consts, spec_key = kernel._bind(tuple(args), dict(constants))
     for ckey in [k for k in kernel._compiled if k[0] == spec_key]:
         kernel._compiled.pop(ckey, None)
