@@ -19,9 +19,7 @@ import sys
 TORCH_IMPORTED_FIRST = "torch" in sys.modules
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-import math  # noqa: E402
 import platform  # noqa: E402
-import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -33,30 +31,21 @@ import numpy as np  # noqa: E402
 
 from tilenest.backends.cpu.caches import last_level_cache_bytes  # noqa: E402
 
+# The timing core is tilenest's own (the tuner measures the same way); re-exported here under
+# the names the benchmark suites use.
+from tilenest.tune.measure import (  # noqa: E402,F401
+    Rotation,
+    Timing,
+    relative_error,
+    rotation_count,
+    summarize,
+    time_interleaved,
+    warm_up,
+)
+
 Call = Callable[[], Any]
 
 TOLERANCE = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
-
-
-@dataclass(frozen=True)
-class Timing:
-    """How long and how often each contender is timed."""
-
-    rounds: int = 5             # interleaved rounds over all contenders
-    min_time_s: float = 1.0     # per contender, summed over its samples
-    min_runs: int = 10          # per contender
-    max_runs: int = 400         # per contender
-    warmup_calls: int = 2       # at least this many, and one per rotation set
-    # Idle time, then one untimed call, before each contender's batch: the worker pools of
-    # the other libraries (OpenBLAS, torch's OpenMP, numba, tilenest) spin for a while after
-    # their last job, and a spinning pool on a 2-core machine delays the next contender's
-    # threads by whole scheduler ticks (4 ms steps seen without this pause).
-    pause_s: float = 0.1
-
-    def per_round(self) -> tuple[float, int, int]:
-        return (self.min_time_s / self.rounds, math.ceil(self.min_runs / self.rounds),
-                max(1, self.max_runs // self.rounds))
-
 
 FULL = Timing()
 QUICK = Timing(rounds=2, min_time_s=0.02, min_runs=3, max_runs=20, warmup_calls=1,
@@ -98,31 +87,6 @@ def llc_bytes() -> int:
     return last_level_cache_bytes()
 
 
-def rotation_count(bytes_per_set: int, *, llc: int, quick: bool, factor: float = 2.0,
-                   max_sets: int = 64, max_bytes: int = 1 << 30) -> int:
-    """Copies of one input/output set needed so their total exceeds `factor` x the LLC."""
-    if quick:
-        return 2
-    wanted = math.ceil(factor * llc / max(1, bytes_per_set))
-    affordable = max(1, max_bytes // max(1, bytes_per_set))
-    return max(1, min(wanted, max_sets, affordable))
-
-
-class Rotation:
-    """Zero-argument calls used round-robin, one per preallocated buffer set."""
-
-    def __init__(self, calls: list[Call]) -> None:
-        if not calls:
-            raise ValueError("a rotation needs at least one call")
-        self.calls = calls
-        self.next = 0
-
-    def __call__(self) -> None:
-        call = self.calls[self.next]
-        self.next = (self.next + 1) % len(self.calls)
-        call()
-
-
 # ------------------------------------------------------------------------------------- timing
 
 
@@ -156,45 +120,6 @@ def _own_seconds() -> float:
     return t.user + t.system
 
 
-def warm_up(rotation: Rotation, timing: Timing) -> None:
-    for _ in range(max(timing.warmup_calls, len(rotation.calls))):
-        rotation()
-
-
-def time_interleaved(rotations: dict[str, Rotation], timing: Timing,
-                     tick: Callable[[], None] | None = None) -> dict[str, list[float]]:
-    """Seconds per call of each contender: every sample kept, taken in interleaved rounds."""
-    for rotation in rotations.values():
-        warm_up(rotation, timing)
-    samples: dict[str, list[float]] = {name: [] for name in rotations}
-    round_time, round_runs, round_cap = timing.per_round()
-    clock = time.perf_counter
-    for _ in range(timing.rounds):
-        for name, rotation in rotations.items():
-            if timing.pause_s:
-                time.sleep(timing.pause_s)
-            rotation()
-            spent, runs = 0.0, 0
-            while (spent < round_time or runs < round_runs) and runs < round_cap:
-                start = clock()
-                rotation()
-                elapsed = clock() - start
-                samples[name].append(elapsed)
-                spent += elapsed
-                runs += 1
-            if tick is not None:
-                tick()
-    return samples
-
-
-def summarize(samples: list[float]) -> dict[str, float]:
-    if not samples:
-        return {}
-    q = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
-    return {"median_s": statistics.median(samples), "min_s": min(samples), "q1_s": q[0],
-            "q3_s": q[2], "runs": len(samples)}
-
-
 def time_call_overhead(call: Call, *, calls: int, repeats: int) -> list[float]:
     """Seconds per call, averaged over `calls` back-to-back calls, `repeats` times."""
     call()
@@ -208,18 +133,6 @@ def time_call_overhead(call: Call, *, calls: int, repeats: int) -> list[float]:
 
 
 # ------------------------------------------------------------------------------------- checks
-
-
-def relative_error(out: Any, ref: np.ndarray) -> float:
-    """max |out - ref| / max |ref| in float64; NaN or inf anywhere counts as inf."""
-    got = np.asarray(out.detach().numpy() if hasattr(out, "detach") else out, np.float64)
-    if got.shape != ref.shape:
-        raise ValueError(f"output shape {got.shape} != reference shape {ref.shape}")
-    diff = np.abs(got - ref)
-    if not np.isfinite(diff).all():
-        return float("inf")
-    scale = max(float(np.abs(ref).max(initial=0.0)), np.finfo(np.float64).tiny)
-    return float(diff.max(initial=0.0)) / scale
 
 
 @dataclass
