@@ -185,3 +185,20 @@ def test_tune_mode_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
     assert config().tune == "measure"
     monkeypatch.delenv("TILENEST_TUNE")
     assert config().tune == "cached"
+
+
+def test_tune_command_stores_a_winner_that_a_plain_call_uses(
+        tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tilenest.cli import main
+
+    path = write_kernel(tmp_path, "tk_cli")
+    assert main(["tune", f"{path}::scale_rows", "--shapes", "X=64x32,Y=64x32",
+                 "--budget", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "tuned tk_cli.scale_rows on cpu: 2 measured" in out and "winner" in out
+    assert main(["tune", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "tk_cli.scale_rows" in listed and "X f32 64x32" in listed
+    got = run_fresh(tmp_path, "tk_cli", {"TILENEST_CACHE_DIR": str(cache)})
+    assert got["first_line"].startswith("tuned: winner from the tuning database")
+    assert not got["tuner_imported"] and got["max_error"] == 0.0

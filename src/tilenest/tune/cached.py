@@ -12,6 +12,7 @@ and the planner's pick is used.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
 import warnings
 from collections.abc import Iterator
@@ -30,6 +31,8 @@ PLAN_OPTIONS = frozenset({"plan", "constraints", "strategy", "cost_policy"})
 # Options a tuning run passes on (the rest steer only the model's search).
 TUNE_OPTIONS = ("policy",)
 
+_OFF: contextvars.ContextVar[bool] = contextvars.ContextVar("tilenest_tune_hook_off",
+                                                           default=False)
 _tuning: set[str] = set()  # digests being tuned now: their candidates' compiles skip the hook
 _tuning_lock = threading.Lock()
 
@@ -48,6 +51,17 @@ def _tuning_key(digest: str) -> Iterator[bool]:
                 _tuning.discard(digest)
 
 
+@contextlib.contextmanager
+def database_off() -> Iterator[None]:
+    """Within this context (this thread or task only) calls ignore the tuning database, as
+    with TILENEST_TUNE=off: the tuner's own compiles want the model's pick."""
+    token = _OFF.set(True)
+    try:
+        yield
+    finally:
+        _OFF.reset(token)
+
+
 def applies(kernel: Any, consts: dict[str, Any], tgt: str, options: dict[str, Any]) -> bool:
     """Whether a stored winner may decide this call's constants and plan."""
     return (tgt in TARGET_FACTS and any(isinstance(v, Tunable) for v in consts.values())
@@ -61,7 +75,7 @@ def tuned_build(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any], 
     if not applies(kernel, consts, tgt, options):
         return None
     mode = TUNE.read()
-    if mode == "off":
+    if mode == "off" or _OFF.get():
         return None
     db = TuningDB.default(create=mode == "measure")
     if db is None:

@@ -79,7 +79,9 @@ def _tune(args: argparse.Namespace) -> int:
     consts = {k: v for k, v in consts.items() if k not in kern.tunables or k in given}
     from tilenest.tune.tuner import tune
 
-    tune(kern, *tensors, budget=args.budget, target=args.target, progress=True, **consts)
+    result = tune(kern, *tensors, budget=args.budget, target=args.target, progress=True,
+                  **consts)
+    print(result.table(), end="")
     return 0
 
 

@@ -244,8 +244,12 @@ def _file_lock(path: Path) -> Iterator[None]:
         yield
         return
     lock_path = path.with_name(path.name + ".lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-                 | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError as e:
+        raise TuneError(f"the lock file {lock_path} cannot be opened: {e.strerror or e}",
+                        loc=None) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -301,8 +305,10 @@ class TuningDB:
             return None
         ident = (str(path), st.st_dev, st.st_ino) if st is not None else None
         cached = _DEFAULTS.get(str(path))
-        if cached is not None and ident is not None and cached[0] == ident:
-            return cached[1]
+        if cached is not None:
+            if ident is not None and cached[0] == ident:
+                return cached[1]
+            cached[1].close()  # the file was removed or replaced since
         if not secure_directory(root, fallback="not using the tuning database"):
             return None
         try:
@@ -332,7 +338,11 @@ class TuningDB:
         return self._conn
 
     def _raw(self) -> sqlite3.Connection:
-        _create_private(self.path)
+        try:
+            _create_private(self.path)
+        except OSError as e:
+            raise TuneError(f"tuning database {self.path} cannot be created: "
+                            f"{e.strerror or e}", loc=None) from None
         problem = _file_problem(self.path)
         if problem is not None:
             raise TuneError(f"tuning database {self.path} is refused: {problem}", loc=None)
