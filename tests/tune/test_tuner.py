@@ -213,7 +213,7 @@ def test_without_a_database_tune_still_runs_and_warns(monkeypatch: pytest.Monkey
                                                       ) -> None:
     monkeypatch.setattr(TuningDB, "default", classmethod(lambda cls, create=True: None))
     with pytest.warns(TuningDBWarning, match="nothing is stored"):
-        result = GEMM.kernel.tune(*_gemm_args(), budget=2, target="cpu", progress=False)
+        result = GEMM.kernel.tune(*_gemm_args(), budget=2, target="cpu", progress=True)
     assert not result.stored and result.measurements == 2, result.table()
     assert "NOT stored" in result.table()
 
@@ -228,3 +228,21 @@ def test_integer_inputs_keep_the_callers_values() -> None:
 def test_bad_budget_is_an_argument_error() -> None:
     with pytest.raises(tn.ArgumentError, match="budget"):
         SOFTMAX.kernel.tune(*_args(SOFTMAX, {"M": 4, "N": 8}), budget=0, progress=False)
+
+
+def test_tune_on_the_cuda_target_under_the_triton_interpreter(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CudaPlan candidates (num_warps, num_stages, ...) checked and timed; without a GPU
+    the tensors are CPU torch tensors, so the host clock times them."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    monkeypatch.setattr(tuner, "MAX_ROTATION_BYTES", 1)  # one input set: interpreted calls
+    run = GEMM.prepare(np.random.default_rng(5), Case({"M": 16, "N": 16, "K": 16}),
+                       lib="torch")
+    result = GEMM.kernel.tune(*run.args, budget=3, target="cuda", progress=False)
+    assert result.key.target == "cuda" and result.winner.target == "cuda"
+    assert all(r.status == "ok" for r in result.rows), result.table()
+    assert result.measurements == 3
+    assert len({r.candidate.plan for r in result.rows}) == 3
+    assert TuningDB.default().winner(result.key)[0] == result.winner
