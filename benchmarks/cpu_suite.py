@@ -231,6 +231,7 @@ def tilenest_contender(ex: Any, case: BenchCase, sets: list[BufferSet], ref: np.
         "explain": ck.explain()}
     mine = Contender("tilenest", calls, info, chk)
     if chk.ok:
+        info["families"] = _family_sweep(ex, ck, sets, consts, calls, timing)
         info["sweep"] = _sweep(ex, case, sets, ref, consts, calls, timing)
         timed = [e for e in info["sweep"] if "median_s" in e]
         if timed:
@@ -272,6 +273,56 @@ def _sweep(ex: Any, case: BenchCase, sets: list[BufferSet], ref: np.ndarray,
                 entry["median_s"] = statistics.median(samples[f"v{i}"])
                 entry["plain_median_s"] = plain_median
     return entries
+
+
+def _family_sweep(ex: Any, ck: Any, sets: list[BufferSet], consts: dict[str, Any],
+                  plain: list[Callable[[], Any]], timing: Timing) -> dict[str, Any]:
+    """Every value of every realization family of the plain call's function
+    (`backends.cpu.families`), the plain call's other choices fixed: checked bitwise against
+    the plain call's output (families must not change results) and timed interleaved with
+    it. Per family: the planner's pick, each value's median, the fastest value, and the
+    pick's regret against it (the plain median over the fastest value's, minus one)."""
+    from tilenest.backends.cpu.families import families
+
+    sweep_timing = Timing(rounds=3, min_time_s=min(0.6, timing.min_time_s), min_runs=5,
+                          max_runs=60, warmup_calls=1)
+    tunables = picked(ex, ck)
+    out: dict[str, Any] = {}
+    args = sets[0].kernel_args(ex)
+    plain_bits = sets[0].out.tobytes()
+    for field_name, values in families(ck.ir).items():
+        pick = getattr(ck.plan, field_name)
+        entry: dict[str, Any] = {"pick": repr(pick), "values": {}}
+        out[field_name] = entry
+        rotations: dict[str, Rotation] = {"plain": Rotation(plain)}
+        for value in values:
+            record: dict[str, Any] = {}
+            entry["values"][repr(value)] = record
+            try:
+                vk = ex.kernel.compile(*args, target="cpu", plan=ck.plan.with_(
+                    **{field_name: value}), **consts, **tunables)
+            except Exception as e:
+                record.update(ok=False, error=_error_text(e))
+                continue
+            calls = [partial(vk, *s.kernel_args(ex)) for s in sets]
+            sets[0].out.fill(np.nan)
+            calls[0]()
+            record["bitwise_equal"] = sets[0].out.tobytes() == plain_bits
+            record["ok"] = record["bitwise_equal"]
+            if record["ok"]:
+                rotations[repr(value)] = Rotation(calls)
+        samples = time_interleaved(rotations, sweep_timing)
+        plain_median = statistics.median(samples.pop("plain"))
+        entry["plain_median_s"] = plain_median
+        for key, values_s in samples.items():
+            entry["values"][key]["median_s"] = statistics.median(values_s)
+        timed = {k: v["median_s"] for k, v in entry["values"].items() if "median_s" in v}
+        if timed:
+            best = min(timed, key=timed.__getitem__)
+            entry["best"] = best
+            # The pick's own median against the best, both from this interleaved run.
+            entry["regret"] = timed.get(entry["pick"], plain_median) / timed[best] - 1.0
+    return out
 
 
 def baseline_contender(name: str, ex: Any, sets: list[BufferSet], ref: np.ndarray,
