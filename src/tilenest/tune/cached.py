@@ -116,7 +116,13 @@ def _measure(kernel: Any, tensors: dict, consts: dict[str, Any], tgt: str,
         fixed = {n: v for n, v in consts.items() if not isinstance(v, Tunable)}
         passed = {k: options[k] for k in TUNE_OPTIONS if k in options}
         args = [tensors[n] for n in kernel.tensor_params]
-        tune(kernel, *args, target=tgt, progress=False, **fixed, **passed)
+        try:
+            tune(kernel, *args, target=tgt, progress=False, **fixed, **passed)
+        except TuneError as e:
+            warnings.warn(f"tilenest: TILENEST_TUNE=measure could not tune `{kernel.name}` "
+                          f"({e.plain_message}); using the planner's pick", TuningDBWarning,
+                          stacklevel=3)
+            return None
     db = TuningDB.default()
     return None if db is None else _winner(db, tkey)
 

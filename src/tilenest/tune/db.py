@@ -317,8 +317,9 @@ class TuningDB:
             warnings.warn(f"tilenest: {e}; going on without the tuning database",
                           TuningDBWarning, stacklevel=2)
             return None
-        st = os.lstat(path)
-        _DEFAULTS[str(path)] = ((str(path), st.st_dev, st.st_ino), db)
+        with contextlib.suppress(OSError):  # not remembered if it vanished meanwhile
+            st = os.lstat(path)
+            _DEFAULTS[str(path)] = ((str(path), st.st_dev, st.st_ino), db)
         return db
 
     # -- connections
@@ -648,12 +649,13 @@ def _insert_sample(conn: sqlite3.Connection, row: dict[str, Any],
 def _parse_export(path: Path) -> tuple[list, list, list]:
     """Every record of an exported file, validated (TuneError naming the first problem)."""
     try:
-        data = read_regular(path)
+        too_big = os.lstat(path).st_size > MAX_IMPORT_BYTES
+        data = b"" if too_big else read_regular(path)
     except OSError as e:
         raise TuneError(f"cannot read {path}: {e.strerror or e}", loc=None) from None
-    if len(data) > MAX_IMPORT_BYTES:
-        raise TuneError(f"{path}: {len(data)} bytes is more than a tuning export may hold "
-                        f"({MAX_IMPORT_BYTES})", loc=None)
+    if too_big or len(data) > MAX_IMPORT_BYTES:
+        raise TuneError(f"{path} is larger than a tuning export may be ({MAX_IMPORT_BYTES} "
+                        f"bytes)", loc=None)
     try:
         doc = _loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
