@@ -207,7 +207,9 @@ def shortlist(space: _Space, plain: Any, budget: int, seed: int = 0) -> list[Ent
         chosen.add(assignment, s, "model-top")
 
     # The diverse rest: other assignments and other plan records, in turn.
-    unvisited = [a for a in order if tuple(a.items()) not in space.plannings]
+    # Assignments not in the shortlist yet (planned for the model's best or not).
+    present = {e.constants for e in chosen.entries.values()}
+    unvisited = [a for a in order if tuple(a.items()) not in present]
     while not chosen.full:
         added = False
         assignment = chosen.pick_best(
