@@ -202,3 +202,29 @@ def test_tune_command_stores_a_winner_that_a_plain_call_uses(
     got = run_fresh(tmp_path, "tk_cli", {"TILENEST_CACHE_DIR": str(cache)})
     assert got["first_line"].startswith("tuned: winner from the tuning database")
     assert not got["tuner_imported"] and got["max_error"] == 0.0
+
+
+def test_cuda_winner_under_the_triton_interpreter(tmp_path: Path, cache: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("triton")
+    torch = pytest.importorskip("torch")
+    from tilenest.backends.cuda.plan import CudaPlan
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    mod = load_kernel_module(tmp_path, "tk_cuda")
+    x = torch.arange(64 * 32, dtype=torch.float32).reshape(64, 32) / 7
+    y = torch.zeros_like(x)
+    plan = CudaPlan(num_warps=2, num_stages=1)
+    candidate = TuneCandidate.of("cuda", {"ROWS": 2}, plan)
+    key = key_for(mod.scale_rows, (x, y), {}, "cuda")
+    assert "TRITON_INTERPRET" in key.device and key.args.startswith("X=torch:cpu:f32[64x32]")
+    db = TuningDB.default()
+    assert db is not None
+    db.add_sample(key, candidate, status="ok", seconds=[1e-5])
+    db.set_winner(key, candidate, 1e-5)
+    ck = mod.scale_rows.compile(x, y, target="cuda")
+    assert dict(ck.constants)["ROWS"] == 2 and ck.plan == plan
+    assert ck.explain().startswith("tuned: winner from the tuning database (ROWS2 w2 s1, ")
+    ck(x, y)
+    assert torch.equal(y, x * 2.0)
+    assert not mod.scale_rows.compile(x, y, target="cpu").explain().startswith("tuned:")

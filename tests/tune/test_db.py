@@ -12,6 +12,7 @@ import threading
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tilenest.backends.cpu.plan import CpuPlan
@@ -75,6 +76,10 @@ HOSTILE = {
     "not a name": _candidate_json(constants=[["ROWS; drop", 1]]),
     "duplicate": _candidate_json(constants=[["ROWS", 1], ["ROWS", 2]]),
     "huge": _candidate_json(constants=[["ROWS", "x" * 100000]]),
+    "plan value of another type": json.dumps({**json.loads(cpu().to_json()), "plan": [
+        [n, "8" if n == "block_size" else v] for n, v in json.loads(cpu().to_json())["plan"]]}),
+    "bool for an int": json.dumps({**json.loads(cpu().to_json()), "plan": [
+        [n, True if n == "block_size" else v] for n, v in json.loads(cpu().to_json())["plan"]]}),
 }
 
 
@@ -90,6 +95,9 @@ def test_candidate_lists_become_tuples_and_need_the_record() -> None:
     assert dict(TuneCandidate.from_data(data).plan)["root_axis_order"] == (1, 0)
     with pytest.raises(TuneError, match="CudaPlan"):
         TuneCandidate.of("cuda", {}, CpuPlan())
+    from_numpy = TuneCandidate.of("cpu", {"ROWS": np.int64(4)}, CpuPlan(block_size=np.int32(2)))
+    assert from_numpy == cpu(4, block_size=2)
+    assert type(dict(from_numpy.constants)["ROWS"]) is int
 
 
 # --------------------------------------------------------------------------- records

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
@@ -60,7 +61,7 @@ def _value(v: Any, what: str, depth: int = 0) -> Value:
     """`v` as a candidate value (JSON lists become tuples), or TuneError."""
     if v is None or isinstance(v, (bool, str)):
         return v
-    if isinstance(v, int):
+    if isinstance(v, numbers.Integral):  # numpy integers too
         return int(v)
     if isinstance(v, float):
         if not math.isfinite(v):
@@ -171,6 +172,11 @@ class TuneCandidate:
         missing = sorted(allowed - {n for n, _ in plan})
         if missing:
             raise TuneError(f"candidate plan lacks fields {missing}", loc=None)
+        defaults = plan_class(target)()
+        for name, value in plan:
+            if not _same_kind(getattr(defaults, name), value):
+                raise TuneError(f"candidate plan field {name}={value!r:.60} does not have the "
+                                f"type of the record's {getattr(defaults, name)!r}", loc=None)
         return cls(target, _pairs(data["constants"], "constants", None), plan)
 
     def label(self) -> str:
@@ -193,6 +199,18 @@ class TuneCandidate:
             else:
                 parts.append(f"{short}{_short(v)}")
         return " ".join(parts) or "default"
+
+
+def _same_kind(default: Any, value: Any) -> bool:
+    """Whether a decoded plan value has the kind of the field's default (bool is not int; a
+    field whose default is None takes None, a switch or a tuple)."""
+    if default is None:
+        return value is None or isinstance(value, (bool, tuple))
+    if isinstance(default, bool) or isinstance(value, bool):
+        return type(value) is type(default)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    return type(value) is type(default)
 
 
 def _reject_constant(word: str) -> Any:
