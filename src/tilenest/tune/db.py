@@ -397,20 +397,34 @@ class TuningDB:
                          (SCHEMA_VERSION,))
 
     def _open(self) -> sqlite3.Connection:
-        conn = self._raw()
+        """A checked connection; an unusable file is replaced, any other failure (locked
+        past the busy timeout, read-only, I/O) is a TuneError."""
+        try:
+            conn = self._raw()
+        except sqlite3.Error as e:
+            raise TuneError(f"tuning database {self.path} cannot be opened: {e}",
+                            loc=None) from None
         try:
             self._check(conn)
             self._setup(conn)
             return conn
         except _Corrupt as e:
             conn.close()
-            return self._replace_corrupt(str(e))
+            reason = str(e)
         except sqlite3.DatabaseError as e:
             conn.close()
-            if _errorcode(e) in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
-                return self._replace_corrupt(str(e))
-            raise TuneError(f"tuning database {self.path} cannot be opened: {e}",
-                            loc=None) from None
+            if _errorcode(e) not in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+                raise TuneError(f"tuning database {self.path} cannot be opened: {e}",
+                                loc=None) from None
+            reason = str(e)
+        except BaseException:
+            conn.close()
+            raise
+        try:
+            return self._replace_corrupt(reason)
+        except sqlite3.Error as e:
+            raise TuneError(f"tuning database {self.path} is not usable ({reason}) and "
+                            f"cannot be replaced: {e}", loc=None) from None
 
     def _replace_corrupt(self, reason: str) -> sqlite3.Connection:
         """Move the unusable file aside (under the lock file, re-checked there: another
