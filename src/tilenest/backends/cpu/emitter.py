@@ -59,6 +59,10 @@ class Emitter:
         self.errors = errors
         self.nontemporal_stores = False  # set by stores that stream (finish() fences)
         self.cold_reads = False  # the loops being emitted read cold tensor memory (stores)
+        # reduce op -> (per-row partition partials, the materialized tile): axis reductions
+        # accumulated in the loop that materialized their input (rules_reduce).
+        self.fused_partials: dict[Op, tuple[Arr, Arr]] = {}
+        self.math_hints = True  # off while emitting loops that interleave by hand
 
     # -- storage
     def alloca(self, ty: ir.Type, count: int, name: str = "") -> ir.Value:
@@ -93,17 +97,19 @@ class Emitter:
 
     # -- loops
     def loop(self, lo: ir.Value | int, hi: ir.Value | int, body: Callable[[ir.Value], None],
-             *, step: int = 1, name: str = "i") -> None:
-        """for (i = lo; i < hi; i += step) body(i) — a counted loop LLVM can vectorize."""
+             *, step: int = 1, name: str = "i", unroll: bool = True) -> None:
+        """for (i = lo; i < hi; i += step) body(i) — a counted loop LLVM can vectorize;
+        `unroll=False` forbids LLVM to unroll it (loops whose bodies are large already)."""
         def no_carries(i: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
             body(i)
             return carried
 
-        self.loop_carried(lo, hi, [], no_carries, step=step, name=name)
+        self.loop_carried(lo, hi, [], no_carries, step=step, name=name, unroll=unroll)
 
     def loop_carried(self, lo: ir.Value | int, hi: ir.Value | int, inits: list[ir.Value],
                      body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]],
-                     *, step: int = 1, name: str = "c") -> list[ir.Value]:
+                     *, step: int = 1, name: str = "c", unroll: bool = True
+                     ) -> list[ir.Value]:
         """A counted loop whose body maps the carried SSA values to their next values."""
         if inits and isinstance(lo, int) and isinstance(hi, int) and hi <= lo:
             return list(inits)
@@ -131,7 +137,11 @@ class Emitter:
         for phi, v in zip(phis, new, strict=True):
             phi.add_incoming(v, latch)
         back_edge = b.branch(header)
-        self._annotate_math_loop(back_edge, self.function.blocks[first_block:])
+        if unroll:
+            self._annotate_math_loop(back_edge, self.function.blocks[first_block:])
+        else:
+            self._loop_metadata(back_edge, [self.module.add_metadata([ir.MetaDataString(
+                self.module, "llvm.loop.unroll.disable")])])
         b.position_at_end(exit_bb)
         return list(phis)
 
@@ -146,7 +156,7 @@ class Emitter:
         measured slower (swiglu 4096^2, 2 threads: 0.85-0.88x), the window is better spent
         on the next loads."""
         count = self.plan.math_interleave
-        if count <= 1 or self.cold_reads:
+        if count <= 1 or self.cold_reads or not self.math_hints:
             return
         math = False
         for block in blocks:
@@ -159,11 +169,13 @@ class Emitter:
                     math = True
         if not math:
             return
+        self._loop_metadata(back_edge, [self.module.add_metadata([ir.MetaDataString(
+            self.module, "llvm.loop.interleave.count"), ir.Constant(sc.I32, count)])])
+
+    def _loop_metadata(self, back_edge: ir.Instruction, options: list[Any]) -> None:
         loop_id = self.module.add_metadata([ir.MetaDataString(
             self.module, f"tilenest.loop.{len(self.module.metadata)}")])
-        option = self.module.add_metadata([ir.MetaDataString(
-            self.module, "llvm.loop.interleave.count"), ir.Constant(sc.I32, count)])
-        loop_id.operands = (loop_id, option)  # a loop ID refers to itself (LangRef)
+        loop_id.operands = (loop_id, *options)  # a loop ID refers to itself (LangRef)
         back_edge.set_metadata("llvm.loop", loop_id)
 
     def for_range(self, n: int, body: Callable[[ir.Value], None], *, unroll: bool,

@@ -16,13 +16,14 @@ from __future__ import annotations
 from llvmlite import ir
 
 from tilenest.analysis.reductions import ClosedState, axis_reduction, closed_states
+from tilenest.analysis.uses import region_of
 from tilenest.backends.cpu import scalars as sc
 from tilenest.backends.cpu.carries import Carries, domain_loop
 from tilenest.backends.cpu.emitter import Emitter, c64
 from tilenest.backends.cpu.reprs import Arr, Idx, Recipe, Tile
 from tilenest.backends.cpu.rules import lower_op, lowering
 from tilenest.backends.cpu.rules_regions import ordered_loop
-from tilenest.ir.core import Op
+from tilenest.ir.core import Op, Value
 from tilenest.ir.types import TileType
 
 
@@ -35,6 +36,41 @@ def _flat_extent(domain: tuple) -> int:
     for _, e in domain:
         n *= e
     return n
+
+
+# Partition counts above this merge in one counted loop per tree level (code of O(log n)
+# size) rather than one unrolled combine per pair: an `ordered_tree` over n contributions
+# has n partitions (measured: n=200 in per-lane mode took minutes to compile unrolled).
+UNROLLED_MERGE_MAX = 8
+
+
+def _combine_into(em: Emitter, name: str, left: Arr, right: Arr) -> None:
+    b = em.b
+    em.for_each(left.shape, left.uniform, lambda c, lane: left.store(
+        b, c, lane, _combine(b, name, left.dtype, left.load(b, c, lane),
+                             right.load(b, c, lane))))
+
+
+def _merge(em: Emitter, name: str, partitions: _Partitions) -> Arr:
+    """The balanced pairwise tree over the partitions in order (`_balanced_merge`); past
+    `UNROLLED_MERGE_MAX` as loops: level k (stride s = 2^k) combines i ⊕ i+s into i for
+    every i in 0, 2s, 4s, ... with i + s < n, which is the same grouping (an odd buffer at
+    the end of a level is carried up unchanged in both forms)."""
+    n = partitions.count
+    if n <= UNROLLED_MERGE_MAX:
+        return _balanced_merge(em, name, partitions.bufs)
+    b = em.b
+    s = 1
+    while s < n:
+        pairs = (n - s - 1) // (2 * s) + 1
+
+        def pair(j: ir.Value, s: int = s) -> None:
+            i = b.mul(j, c64(2 * s))
+            _combine_into(em, name, partitions.view(i), partitions.view(b.add(i, c64(s))))
+
+        em.loop(0, pairs, pair, name=f"tree{s}", unroll=False)
+        s *= 2
+    return partitions.bufs[0]
 
 
 def _balanced_merge(em: Emitter, name: str, bufs: list[Arr]) -> Arr:
@@ -158,25 +194,156 @@ def _fast_axis(em: Emitter, op: Op, take: Op, state: ClosedState) -> bool:
                 acc = b.select(nan_seen(vals[0], vals[1]), sc.canonical_nan(vec_t),
                                sc.from_ordered_key(b, acc, vec_t))
             parts = [b.extract_element(acc, c64(k)) for k in range(p)]
-            for k in range(n - groups * p):
-                parts[k] = _combine(b, name, t.dtype, parts[k],
-                                    scalar(coords, c64(groups * p + k)))
         else:
-            parts = [scalar(coords, c64(k)) for k in range(n)]
-        level = parts
-        while len(level) > 1:
-            nxt = [_combine(b, name, t.dtype, level[i], level[i + 1])
-                   for i in range(0, len(level) - 1, 2)]
-            if len(level) % 2:
-                nxt.append(level[-1])
-            level = nxt
-        start = init.load(b, coords, None)
-        out.store(b, coords, None,
-                  start if not level else _combine(b, name, t.dtype, start, level[0]))
+            parts = []
+        _finish_row(em, name, t.dtype, parts, n, lambda i: scalar(coords, c64(i)),
+                    init.load(b, coords, None), lambda v: out.store(b, coords, None, v))
 
     em.for_each(t.shape, True, row)
     em.env[op.results[0]] = out
     return True
+
+
+def _finish_row(em: Emitter, name: str, dtype, parts: list[ir.Value], n: int, element,
+                start: ir.Value, put) -> None:
+    """The partition model's end for one row of n contributions: `parts` are the P
+    partials of the first (n // P) * P contributions (none when n < P), the rest are
+    folded into partials 0, 1, ... in order, the partials merge in a balanced pairwise tree,
+    and the initial value is merged last: put(start ⊕ tree)."""
+    b = em.b
+    p = len(parts)
+    groups = n // p if p else 0
+    parts = list(parts)
+    if p:
+        for k in range(n - groups * p):
+            parts[k] = _combine(b, name, dtype, parts[k], element(groups * p + k))
+    else:
+        parts = [element(k) for k in range(n)]
+    level = parts
+    while len(level) > 1:
+        nxt = [_combine(b, name, dtype, level[i], level[i + 1])
+               for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    put(start if not level else _combine(b, name, dtype, start, level[0]))
+
+
+# Combines whose partitions the materializing loop can accumulate (max/min keep their key
+# chains in `_fast_axis`).
+FUSED_COMBINES = frozenset({"add", "mul"})
+
+
+def _fusable_reduction(em: Emitter, v: Value, r: Recipe) -> tuple[Op, ClosedState] | None:
+    """The closed unordered axis reduction over `v`'s last axis in `v`'s own region that
+    `_fast_axis` would take (f32/f64 sums and products of a tile uniform across the
+    packet, at least P contributions per row), or None (`families.fusable_reductions` is
+    the same test on the IR alone)."""
+    t = v.type
+    if not isinstance(t, TileType) or t.rank < 1 or t.dtype.name not in ("f32", "f64"):
+        return None
+    if not r.uniform:
+        return None
+    n = t.shape[-1]
+    if n < em.plan.reduction_partitions:
+        return None
+    for user in em.facts.uses.users(v):
+        body = user.parent
+        red = body.parent if body is not None else None
+        if (user.name != "take" or red is None or red.name != "reduce"
+                or red.parent is not region_of(v) or red.attrs["order"] != "unordered_tree"
+                or user.attrs["axis"] != t.rank - 1):
+            continue
+        closed = closed_states(red)
+        fast = axis_reduction(red, closed) if closed else None
+        if fast is None or fast[0] is not user:
+            continue
+        state = fast[1]
+        result = red.results[0].type
+        if (state.combine.name in FUSED_COMBINES and isinstance(result, TileType)
+                and result.dtype == t.dtype):
+            return red, state
+    return None
+
+
+def materialize_with_reduction(em: Emitter, v: Value, r: Recipe) -> Arr | None:
+    """`plan.fuse_reductions`: materialize `v` in loops that also accumulate the partition
+    partials of an axis reduction over it (the reduce, lowered later, finishes from them:
+    the same partition model, bitwise `_fast_axis`'s result). Per row: group 0 starts
+    the P partials, groups 1.. fold into them, U = math_interleave x W / P groups per
+    iteration (each partial keeps its contributions in index order); the tail past the
+    last whole group is only stored. None when there is no such reduction."""
+    if not em.plan.fuse_reductions:
+        return None
+    found = _fusable_reduction(em, v, r)
+    if found is None:
+        return None
+    red, state = found
+    t = v.type
+    assert isinstance(t, TileType)
+    b = em.b
+    dst = em.new_array(t.dtype, t.shape, r.uniform, owner=v)
+    p = em.plan.reduction_partitions
+    n = t.shape[-1]
+    groups = n // p
+    partials = em.new_array(t.dtype, t.shape[:-1] + (p,), True)
+    name = state.combine.name
+    width = em.facts.packet_width(t.dtype)
+    per_iter = max(1, em.plan.math_interleave * width // p)
+
+    def row(coords: list[ir.Value], _: ir.Value | None) -> None:
+        def value(i: ir.Value) -> ir.Value:
+            x = r.load(b, coords + [i], None)
+            dst.store(b, coords + [i], None, x)
+            return x
+
+        def first(k: ir.Value) -> None:
+            partials.store(b, coords + [k], None, value(k))
+
+        def fold(g0: ir.Value, count: int) -> None:
+            def lane(k: ir.Value) -> None:
+                acc = partials.load(b, coords + [k], None)
+                for u in range(count):
+                    i = b.add(b.mul(b.add(g0, c64(u)), c64(p)), k)
+                    acc = _combine(b, name, t.dtype, acc, value(i))
+                partials.store(b, coords + [k], None, acc)
+
+            em.loop(0, p, lane, name="fk")
+
+        em.loop(0, p, first, name="fk0")
+        whole = 1 + (groups - 1) // per_iter * per_iter if per_iter > 1 else 1
+        if whole > 1:
+            em.loop(1, whole, lambda g: fold(g, per_iter), step=per_iter, name="fg")
+        em.loop(whole, groups, lambda g: fold(g, 1), name="fr")
+        em.loop(groups * p, n, value, name="ft")
+
+    hints, em.math_hints = em.math_hints, False
+    em.for_each(t.shape[:-1], True, row)
+    em.math_hints = hints
+    em.fused_partials[red] = (partials, dst)
+    return dst
+
+
+def _finish_fused(em: Emitter, op: Op) -> None:
+    """The reduce whose partials `materialize_with_reduction` accumulated: tail, tree,
+    initial value, as `_fast_axis` ends."""
+    partials, x = em.fused_partials.pop(op)
+    t = op.results[0].type
+    assert isinstance(t, TileType)
+    init = em.tile(op.operands[0])
+    out = em.new_array(t.dtype, t.shape, True, owner=op.results[0])
+    b = em.b
+    name = closed_states(op)[0].combine.name
+    p = partials.shape[-1]
+    n = x.shape[-1]
+
+    def row(coords: list[ir.Value], _: ir.Value | None) -> None:
+        parts = [partials.load(b, coords + [c64(k)], None) for k in range(p)]
+        _finish_row(em, name, t.dtype, parts, n, lambda i: x.load(b, coords + [c64(i)], None),
+                    init.load(b, coords, None), lambda v: out.store(b, coords, None, v))
+
+    em.for_each(t.shape, True, row)
+    em.env[op.results[0]] = out
 
 
 class _Partitions:
@@ -217,6 +384,9 @@ def _reduce(em: Emitter, op: Op) -> None:
     order = op.attrs["order"]
     if order in ("fold_left", "fold_right"):
         ordered_loop(em, op, reverse=order == "fold_right")
+        return
+    if op in em.fused_partials:
+        _finish_fused(em, op)
         return
     closed = closed_states(op)
     if not closed:
@@ -272,5 +442,5 @@ def _partitioned(em: Emitter, op: Op, closed: dict[int, ClosedState], order: str
         em.env[op.results[pos]] = arr
     for pos, st in closed.items():
         init = em.tile(op.operands[pos])
-        merged = _balanced_merge(em, st.combine.name, partitions[pos].bufs) if parts else None
+        merged = _merge(em, st.combine.name, partitions[pos]) if parts else None
         em.env[op.results[pos]] = _finish(em, op, st, init, merged)
