@@ -47,6 +47,7 @@ EXACT_KINDS = frozenset({"int", "uint", "bool"})
 REDUCTION_BASE = 64  # reductions up to this length keep the dtype's tolerance; longer ones
 #                      scale it by sqrt(length / REDUCTION_BASE) (rounding error grows so)
 MAX_ROTATION_BYTES = 256 << 20
+SPREAD = 3  # a diverse pick is a seeded choice among this many equally covering candidates
 
 
 @dataclass(frozen=True)
@@ -98,22 +99,22 @@ class _Space:
 
     def _plan(self, assignment: dict[str, Any]) -> Any:
         """Capture and plan, without generating code (a shortlisted candidate is compiled
-        later with its own plan record): the kernel's per-assignment planner cache, as its
-        tunable search fills it, so an assignment the search planned is not planned again."""
+        later with its own plan record). An assignment the kernel's tunable search planned
+        in full is read from its planner cache; new plans are not written there (a later
+        search would then see full results where it computed bounds, and rank otherwise)."""
         from tilenest.backends.registry import planner
-        from tilenest.lang.kernel import _Planned
 
         kernel = self.kernel
         tensors, consts, spec_key = kernel._bind(self.args, {**self.constants, **assignment})
-        pkey = (spec_key, self.target, tuple(sorted(self.options.items())))
-        got = kernel._plans.get(pkey)
-        if got is None:
-            plan_one = planner(self.target)
-            if plan_one is None:
-                raise TuneError(f"target {self.target!r} has no planner", loc=None)
-            fn = kernel._function(tensors, spec_key[0], consts)
-            got = kernel._plans[pkey] = _Planned(fn, plan_one(fn, self.options))
-        return got.result
+        cached = kernel._plans.get((spec_key, self.target,
+                                    tuple(sorted(self.options.items()))))
+        if cached is not None:
+            return cached.result
+        plan_one = planner(self.target)
+        if plan_one is None:
+            raise TuneError(f"target {self.target!r} has no planner", loc=None)
+        fn = kernel._function(tensors, spec_key[0], consts)
+        return plan_one(fn, self.options)[0]
 
 
 def _label(assignment: dict[str, Any]) -> str:
@@ -129,16 +130,13 @@ def _first_line(e: BaseException) -> str:
 
 
 def _model_order(space: _Space, search: Any, pick: dict[str, Any]) -> list[dict[str, Any]]:
-    """Open-tunable assignments the planner admitted, best model cost first (the admitted by
-    total, then those a lower bound dominated, by bound); the pick first."""
+    """Open-tunable assignments the planner admitted or bounded, best model cost first (an
+    admitted one by its total, a dominated one by its lower bound); the pick first."""
     if search is None:
         return [pick]
-    admitted = sorted((o for o in search.outcomes if o.admitted),
-                      key=lambda o: round(o.total, 9))
-    dominated = sorted((o for o in search.outcomes if o.dominated),
-                       key=lambda o: round(o.bound or 0.0, 9))
+    known = [o for o in search.outcomes if o.admitted or o.dominated]
     out = [pick]
-    for o in (*admitted, *dominated):
+    for o in sorted(known, key=lambda o: round(o.total if o.admitted else o.bound or 0.0, 9)):
         values = dict(o.constants)
         assignment = {n: values[n] for n in space.open}
         if assignment not in out:
@@ -172,16 +170,16 @@ class _Shortlist:
         self.plan_values |= _record_pairs(scored.plan)
         return True
 
-    def pick_best(self, pool: list[Any], score: Any, tiebreak: Any) -> Any:
-        """The most-covering item of `pool` (then the least `tiebreak`); a seeded choice
-        among items equal on both."""
+    def pick_best(self, pool: list[Any], score: Any, rank: Any) -> Any:
+        """A seeded choice among the `SPREAD` best-ranked (least `rank`) of the items of
+        `pool` that cover the most new values (`score`)."""
         if not pool:
             return None
-        scores = [(score(x), tiebreak(x)) for x in pool]
-        best = max(s[0] for s in scores)
-        least = min(s[1] for s in scores if s[0] == best)
-        ties = [x for x, s in zip(pool, scores, strict=True) if s == (best, least)]
-        return ties[self.rng.randrange(len(ties))]
+        scores = [score(x) for x in pool]
+        best = max(scores)
+        covering = sorted((x for x, s in zip(pool, scores, strict=True) if s == best),
+                          key=rank)[:SPREAD]
+        return covering[self.rng.randrange(len(covering))]
 
 
 def shortlist(space: _Space, plain: Any, budget: int, seed: int = 0) -> list[Entry]:
