@@ -30,7 +30,7 @@ from tests.plan.test_strategies import SyntheticTarget, _scale_fn  # noqa: E402
 from tilenest.plan import PlannerOptions, plan  # noqa: E402
 from tilenest.plan.strategies.cpsat import available  # noqa: E402
 
-REPEATS = 5
+REPEATS = int(os.environ.get("PLANNER_SPEED_REPEATS", "5"))
 GEMM_SHAPE = (256, 256, 256)
 
 

@@ -17,7 +17,8 @@ done (same verdicts, same ranking; the analysis is per distribution, so most can
 share one). A bound-only run (the tunable search's branch and bound) reports a lower bound
 on every admitted candidate's total instead of a selection (status `bounded`): at level 1
 the cost policy's own `lower_bound` over each (root order, distribution) group, when the
-policy has one (method `policy-bound`; no candidate is admitted); at level 2, or without
+policy has one, or the target's own bound over its space (cuda: bound.py) (method
+`policy-bound`; no candidate is admitted); at level 2, or without
 one, the geometry-admitted minimum of the whole enumeration, before the resource step
 (resource rejections can only remove candidates, so no admitted plan costs less).
 """
@@ -348,7 +349,12 @@ def _policy_bound(fn: Function, info: TargetInfo, space: Space, policy: CostPoli
     A policy's `lower_bound(candidate, work, workers)` must not exceed `evaluate` of any
     candidate that differs from `candidate` only in block size, task grain and traversal
     (the choices that leave the extracted work unchanged), with any number of workers up to
-    `workers`. A target with expansions (GPU) is not bounded this way."""
+    `workers`. A target with expansions (GPU) is not bounded this way; it may bound its
+    whole space itself (`info.lower_bound(policy, space)`: a real lower bound on every
+    candidate it admits, or None)."""
+    target_bound = getattr(info, "lower_bound", None)
+    if target_bound is not None:
+        return target_bound(policy, space)
     bound = getattr(policy, "lower_bound", None)
     workers = info.target().workers
     if bound is None or workers is None or space.exp_off is not None or space.size == 0:

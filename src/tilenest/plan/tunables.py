@@ -22,10 +22,12 @@ Its exclusion is a proof under the cost model, so the search stays `exact`.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,17 +153,40 @@ def _key(total: float, position: int) -> tuple[float, int]:
     return round(total, 9), position
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the duration (restored as it was): a search
+    keeps every assignment's captured Function, so its allocations trigger full
+    collections that walk the whole heap (tens of ms once torch is imported) and free
+    little of the search's; its cycles are collected after it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def search_tunables(declared: Mapping[str, tuple[Any, ...]], fixed: Mapping[str, Any],
                     evaluate: Evaluate, budget: int = ASSIGNMENT_BUDGET,
                     bounds: Sequence[Evaluate] = ()) -> tuple[TunableSearch, Any]:
     """Plan every assignment of the unfixed tunables (or a budgeted descent over them) and
     return the search record and the winning assignment's payload (None when none plans).
+    The cyclic collector is paused meanwhile (`_collector_paused`).
 
     `evaluate(assignment)` captures and plans one assignment of all tunables; it returns an
     object with `.result` (a `PlanningResult`) or raises a `TileError`. `bounds`, cheapest
     first, do the same as bound-only runs: a result of status `bounded` with a real
     `lower_bound` on every admitted plan of that assignment (method `policy-bound`, or an
     enumeration's minimum, which ends the tightening), or a final planner result."""
+    with _collector_paused():
+        return _search(declared, fixed, evaluate, budget, bounds)
+
+
+def _search(declared: Mapping[str, tuple[Any, ...]], fixed: Mapping[str, Any],
+            evaluate: Evaluate, budget: int, bounds: Sequence[Evaluate]
+            ) -> tuple[TunableSearch, Any]:
     start = time.perf_counter()
     free = [n for n in declared if n not in fixed]
     names = tuple(declared)

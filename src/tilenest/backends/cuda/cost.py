@@ -199,6 +199,16 @@ class GpuCostPolicy(CostPolicy):
         self._priced[id(work.schedule)] = (work.schedule, out)  # keeps the id taken
         return out
 
+    def floor(self, schedule: tuple[Mapping[str, float], ...]) -> float | None:
+        """The total of a schedule whose `dram_fraction` entries are floors: a lower bound on
+        the total of every schedule that differs from it only by larger DRAM shares (each
+        phase's `memory` grows with its share, `l2_reuse` being non-negative, and `total` is
+        non-decreasing in `memory`). None where a phase's DRAM-served bytes are negative
+        (more shared bytes than bytes): there the share would lower the total."""
+        if any(s["bytes"] < s.get("shared_bytes", 0.0) for s in schedule):
+            return None
+        return self._evaluate(ScheduledWork(None, schedule)).total  # type: ignore[arg-type]
+
     def _evaluate(self, work: ScheduledWork) -> CostBreakdown:
         w = self.weights
         terms = dict.fromkeys(TERMS, 0.0)

@@ -15,6 +15,8 @@ from typing import Any
 
 from tilenest.analysis.resources import ExecutionResources, ResourceLimits
 from tilenest.analysis.work import ExecutionWork
+from tilenest.backends.cuda import bound
+from tilenest.backends.cuda.bound import with_shares
 from tilenest.backends.cuda.cost import H200_RATES, GpuCostPolicy
 from tilenest.backends.cuda.device import H200 as H200
 from tilenest.backends.cuda.device import GpuInfo, device_info, interpreting
@@ -140,13 +142,15 @@ class CudaTargetInfo:
         self.loops = sum(1 for op in fn.walk() if op.name in ("serial", "pipeline"))
         layout = BlockLayout(fn, self.default.min_dot_extent)
         self.smem_per_stage = smem_per_stage(fn, self.default.min_dot_extent)
-        self.tensor_core = any(t.kind in TENSOR_CORE_KINDS for op in root_parallels(fn)
-                               for t in dot_tiles(op, layout, allow_tf32))
-        self.phase_facts = [(op, dot_tiles(op, layout, allow_tf32),
-                             register_demand(op, layout, self.tensor_core),
-                             float(loop_trips(op)))
-                            for op in root_parallels(fn)]
+        tiles = [(op, dot_tiles(op, layout, allow_tf32)) for op in root_parallels(fn)]
+        self.tensor_core = any(t.kind in TENSOR_CORE_KINDS for _, ts in tiles for t in ts)
+        self.phase_facts = [(op, ts, register_demand(op, layout, self.tensor_core),
+                             float(loop_trips(op))) for op, ts in tiles]
         self.max_demand = max((d for _, _, d, _ in self.phase_facts), default=0.0)
+        self.has_mma = has_op(fn, "mma")
+        # The fixed controls a realized plan takes as they are (the traversal is the
+        # planner's `program_traversal`, split into group_rows/group_columns).
+        self._fixed = {k: v for k, v in self.constraints.items() if k != "program_traversal"}
         self._expansion: list[tuple[int, int, int, tuple]] | None = None
         self._memo: dict[tuple, Any] = {}
 
@@ -190,7 +194,7 @@ class CudaTargetInfo:
                    ) -> tuple[tuple[int, int], ...]:
         """Row-major, and grouped bands of GROUP_SIZES rows (one column per rectangle, as
         Triton's grouped ordering) where `mma` tiles share operands through L2."""
-        if len(order) < 2 or len(extents) != len(order) or not has_op(self.fn, "mma"):
+        if len(order) < 2 or len(extents) != len(order) or not self.has_mma:
             return (ROW_MAJOR,)
         rows = extents[order[-2]]
         first = (min(self.default.group_rows, rows), self.default.group_columns)
@@ -240,15 +244,25 @@ class CudaTargetInfo:
                            for sk in self._splits() for w in warps for st in stages]
         return self._expansion
 
+    def offered(self, base: Candidate) -> bool:
+        """Whether `expand` expands this base point: the flat element grid enumerates its
+        programs row-major, so it is one point (canonical order, row-major), not one per
+        order and traversal, unless those are fixed."""
+        b, cons = base.binding, self.constraints
+        return not (base.distribution.kind is DistributionKind.FLAT_ELEMENT_GRID and (
+            list(b.root_axis_order) != list(range(len(b.root_axis_order)))
+            or b.traversal != ROW_MAJOR) and not cons.has("root_axis_order")
+            and not cons.has("program_traversal"))
+
+    def expansion_count(self, base: Candidate) -> int:
+        """How many candidates `expand(base)` yields (the space counts without building)."""
+        return len(self._expansions()) if self.offered(base) else 0
+
     def expand(self, base: Candidate) -> Iterator[Candidate]:
         """Warps x stages x split-K x operand layouts (the default rule's values first:
         ties keep them)."""
-        cons = self.constraints
         b = base.binding
-        if base.distribution.kind is DistributionKind.FLAT_ELEMENT_GRID and (
-                list(b.root_axis_order) != list(range(len(b.root_axis_order)))
-                or b.traversal != ROW_MAJOR) and not cons.has("root_axis_order") \
-                and not cons.has("program_traversal"):
+        if not self.offered(base):
             return  # the flat grid enumerates programs row-major: one point, not per order
         reps = base.resources.representations
         for w, st, sk, layouts in self._expansions():
@@ -321,8 +335,6 @@ class CudaTargetInfo:
     def _realize(self, candidate: Candidate) -> CudaPlan:
         b = candidate.binding
         canonical = tuple(range(len(b.root_axis_order)))
-        fields_: dict[str, Any] = dict(self.constraints.items())
-        fields_.pop("program_traversal", None)
         hows = {how for _, how in candidate.resources.operand_layouts}
         searched = {"root_axis_order": None if b.root_axis_order == canonical
                     else b.root_axis_order, "group_rows": b.traversal[0],
@@ -334,9 +346,7 @@ class CudaTargetInfo:
                     is DistributionKind.FLAT_ELEMENT_GRID else 0,
                     "allow_tf32": self.allow_tf32, "allow_fma": self.allow_fma,
                     "allow_regrouping": self.allow_regrouping}
-        for name, value in searched.items():
-            fields_.setdefault(name, value)
-        return CudaPlan(**fields_)
+        return CudaPlan(**{**searched, **self._fixed})  # fixed controls win
 
     @staticmethod
     def _launch_key(p: CudaPlan) -> tuple:
@@ -349,18 +359,28 @@ class CudaTargetInfo:
         plan = self.realize(candidate)
         # Validation splits into the traversal (order, groups) and everything else, each
         # memoized: the expensive checks (operand layouts, split site) run once per choice.
-        for key, reduced in ((("accepts-launch", self._launch_key(plan)),
-                              lambda: plan.with_(root_axis_order=None, group_rows=1,
-                                                 group_columns=1)),
-                             (("accepts-traversal", (plan.root_axis_order, plan.group_rows,
-                                                     plan.group_columns)),
-                              lambda: CudaPlan(root_axis_order=plan.root_axis_order,
-                                               group_rows=plan.group_rows,
-                                               group_columns=plan.group_columns))):
-            if key not in self._memo:
-                self._memo[key] = self._accepts(reduced())
-            if self._memo[key] is not None:
-                raise self._memo[key]
+        for refused in (self.launch_refusal(plan), self.traversal_refusal(plan)):
+            if refused is not None:
+                raise refused
+
+    def launch_refusal(self, plan: CudaPlan) -> Admission | None:
+        """The validation of the plan's fields other than its traversal (memoized)."""
+        key = ("accepts-launch", self._launch_key(plan))
+        if key not in self._memo:
+            # `vars` + construction: `dataclasses.replace` costs several times more.
+            self._memo[key] = self._accepts(CudaPlan(**{**vars(plan), "root_axis_order": None,
+                                                        "group_rows": 1, "group_columns": 1}))
+        return self._memo[key]
+
+    def traversal_refusal(self, plan: CudaPlan) -> Admission | None:
+        """The validation of the plan's root order and traversal (memoized)."""
+        key = ("accepts-traversal", (plan.root_axis_order, plan.group_rows,
+                                     plan.group_columns))
+        if key not in self._memo:
+            self._memo[key] = self._accepts(CudaPlan(root_axis_order=plan.root_axis_order,
+                                                     group_rows=plan.group_rows,
+                                                     group_columns=plan.group_columns))
+        return self._memo[key]
 
     def _accepts(self, plan: CudaPlan) -> Admission | None:
         if plan.split_k > 1 and not plan.allow_regrouping:
@@ -389,7 +409,10 @@ class CudaTargetInfo:
     def resources(self, fn: Function, candidate: Candidate) -> ExecutionResources:
         """Pipelined shared memory per program (from the lowering's block layout) and the
         register estimate; over the device's limits is a `resource` rejection."""
-        p = self.realize(candidate)
+        return self.plan_resources(self.realize(candidate))
+
+    def plan_resources(self, p: CudaPlan) -> ExecutionResources:
+        """`resources` of a realized plan (it depends on the launch fields only)."""
         smem = self.smem_per_stage * p.num_stages if p.num_stages > 1 else 0
         if smem > self.gpu.smem_per_block:
             raise Admission(RejectionCategory.RESOURCE, "num_stages",
@@ -420,21 +443,27 @@ class CudaTargetInfo:
         """Per phase the quantities cost.py prices; everything but the DRAM share of the
         traversal is shared by the candidates of one launch configuration."""
         p = self.realize(candidate)
-        base = self._memo.get(("schedule", self._launch_key(p)))
-        if base is None:
-            base = self._memo[("schedule", self._launch_key(p))] = self._schedule(p)
-        slots = int(base[0]["resident"]) * self.gpu.sms if base else 0
-        fracs = tuple(self._dram_fraction(i, p, slots) for i in range(len(self.phase_facts)))
+        base = self.launch_schedule(p)
+        slots = self.wave_slots(base)
+        fracs = tuple(self.dram_fraction(i, p, slots) for i in range(len(self.phase_facts)))
         key = ("schedule-traversal", self._launch_key(p), fracs)
         got = self._memo.get(key)
         if got is None:
-            got = []
-            for e in base:
-                i = int(e["phase"])
-                got.append({**e, "dram_fraction": fracs[i]} if e["dram_fraction"] < 0
-                           else e)
-            got = self._memo[key] = tuple(got)
+            got = self._memo[key] = with_shares(base, fracs)
         return got
+
+    def launch_schedule(self, p: CudaPlan) -> tuple[dict, ...]:
+        """The schedule of the plan's launch configuration (memoized); an `mma` phase's DRAM
+        share, which its traversal decides, is -1 there."""
+        key = ("schedule", self._launch_key(p))
+        base = self._memo.get(key)
+        if base is None:
+            base = self._memo[key] = self._schedule(p)
+        return base
+
+    def wave_slots(self, base: tuple[dict, ...]) -> int:
+        """Programs one wave holds under a launch schedule."""
+        return int(base[0]["resident"]) * self.gpu.sms if base else 0
 
     def _schedule(self, p: CudaPlan) -> tuple[dict, ...]:
         phases, copied = self._layout_work(p)
@@ -471,7 +500,7 @@ class CudaTargetInfo:
                 out.append(entry)
         return tuple(out)
 
-    def _dram_fraction(self, phase: int, p: CudaPlan, slots: int) -> float:
+    def dram_fraction(self, phase: int, p: CudaPlan, slots: int) -> float:
         """For `mma` phases on a 2-D program grid: the share of operand traffic one wave
         fetches from DRAM, (distinct rows + distinct columns) / (2 x programs in the wave),
         assuming the rest hits L2."""
@@ -500,6 +529,10 @@ class CudaTargetInfo:
                        f"{int(e['trips'])} loop trips, DRAM share "
                        f"{e.get('dram_fraction', 1.0):.3g}")
         return out
+
+    def lower_bound(self, policy: CostPolicy, space: Any) -> float | None:
+        """A real lower bound on every admitted candidate of `space` (bound.py), or None."""
+        return bound.lower_bound(self, policy, space)
 
     def cost_policy(self) -> CostPolicy:
         rates = {**H200_RATES, "bandwidth": self.gpu.bandwidth,

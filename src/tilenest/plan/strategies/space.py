@@ -113,7 +113,11 @@ class Space:
             self.exp_off: list[int] | None = None
             self.size = self.bases
         else:
-            counts = [sum(1 for _ in self.expand(self._base(b))) for b in range(self.bases)]
+            count = getattr(info, "expansion_count", None)
+            if count is None:
+                counts = [sum(1 for _ in self.expand(self._base(b))) for b in range(self.bases)]
+            else:  # the target counts its expansions without building them
+                counts = [count(self._base(b)) for b in range(self.bases)]
             self.exp_off = _offsets(counts)
             self.size = self.exp_off[-1]
 
@@ -145,6 +149,10 @@ class Space:
         o, d, b, g, t = self._base_point(base)
         return Candidate(Binding(self.orders[o], self.travs[o][t], self.blocks[d][b],
                                  self.grains[d][b][g]), self.dists[d], index=index)
+
+    def base(self, base: int) -> Candidate:
+        """The base point `base` (common choices only, before the target's expansion)."""
+        return self._base(base)
 
     def expansions(self, base: int) -> list[Candidate]:
         got = self._lists.get(base)
