@@ -134,3 +134,63 @@ def test_reduction_length_of_examples() -> None:
     rope = EXAMPLES["rope"]
     run = rope.prepare(np.random.default_rng(0), rope.cases[0])
     assert tuner.reduction_length(rope.kernel.ir(*run.args, **run.consts)) == 1
+
+
+class _FakeCuda:
+    """Just enough of torch.cuda for CudaTimer: events read a virtual clock that each call
+    advances (the flush costs nothing), so the timer's bookkeeping is checked without a
+    GPU."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log, self.now = log, 0.0
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.at = None
+
+            def record(self) -> None:
+                self.at = fake.now
+
+            def elapsed_time(self, end: Event) -> float:
+                return (end.at - self.at) * 1e3  # milliseconds, as torch's
+
+        self.Event = Event
+
+    def synchronize(self) -> None:
+        self.log.append("sync")
+
+
+class _FakeFlush:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def zero_(self) -> None:
+        self.log.append("flush")
+
+
+def test_cuda_timer_flushes_before_each_timed_call_and_interleaves() -> None:
+    log: list[str] = []
+    cuda = _FakeCuda(log)
+    timer = object.__new__(measure.CudaTimer)
+    timer.torch = type("torch", (), {"cuda": cuda})
+    timer.flush = _FakeFlush(log)
+
+    def contender(name: str, seconds: float) -> Rotation:
+        def call() -> None:
+            log.append(name)
+            cuda.now += seconds
+        return Rotation([call, call])
+
+    timing = Timing(rounds=2, min_time_s=0.004, min_runs=2, max_runs=10, warmup_calls=1)
+    got = timer.interleaved({"a": contender("a", 8e-4), "b": contender("b", 4e-3)}, timing)
+    # Warm-up: one call per rotation set; then one sizing call each; then per round a
+    # batch of a (2 ms wanted per round at 0.8 ms a call: 3 calls), then of b (1 call, the
+    # minimum of 1 run per round).
+    assert log[:4] == ["a", "a", "b", "b"]
+    timed = [x for x in log[4:] if x != "sync"]
+    assert timed == ["flush", "a", "flush", "b"] + ["flush", "a"] * 3 + ["flush", "b"] + \
+        ["flush", "a"] * 3 + ["flush", "b"]
+    assert got["a"] == pytest.approx([8e-4] * 6) and got["b"] == pytest.approx([4e-3] * 2)
+    samples = timer.device_ms(lambda i: contender("c", 2e-3)(), sets=2, reps=3)
+    assert samples["median_ms"] == pytest.approx(2.0) and samples["samples"] == 3.0
