@@ -148,8 +148,9 @@ def test_stale_winner_is_ignored_with_a_warning(tmp_path: Path, cache: Path) -> 
     x, y = inputs()
     # A block of 3 programs is not a multiple of a program-per-lane packet's programs.
     store_winner(mod.scale_rows, (x, y), plan=CpuPlan(block_size=3, local_lanes=1))
-    with pytest.warns(TuningDBWarning, match="does not compile any more"):
+    with pytest.warns(TuningDBWarning, match="does not compile any more") as caught:
         ck = mod.scale_rows.compile(x, y)
+    assert caught[0].filename == __file__  # at the user's call, not inside tilenest
     assert not ck.explain().startswith("tuned:")
     ck(x, y)
     np.testing.assert_array_equal(y, x * 2.0)

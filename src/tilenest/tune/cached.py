@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tilenest.config import TUNE
-from tilenest.errors import TileError, TuneError
+from tilenest.errors import TileError, TuneError, user_frame
 from tilenest.lang.tunable import Tunable
 from tilenest.tune.candidate import TuneCandidate
 from tilenest.tune.db import TuningDB, TuningDBWarning
@@ -49,6 +49,17 @@ def _tuning_key(digest: str) -> Iterator[bool]:
         if not busy:
             with _tuning_lock:
                 _tuning.discard(digest)
+
+
+def _warn(message: str) -> None:
+    """A TuningDBWarning at the user's line that made the call (not at tilenest's frames)."""
+    frame = user_frame()
+    if frame is None:
+        warnings.warn(message, TuningDBWarning, stacklevel=2)
+        return
+    warnings.warn_explicit(message, TuningDBWarning, frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__"),
+                           registry=frame.f_globals.setdefault("__warningregistry__", {}))
 
 
 @contextlib.contextmanager
@@ -90,9 +101,9 @@ def tuned_build(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any], 
     try:
         return compile_winner(kernel, tensors, key, consts, tgt, options, candidate, seconds)
     except TileError as e:
-        warnings.warn(f"tilenest: the tuning database's winner for `{kernel.name}` "
-                      f"({candidate.label()}) does not compile any more, using the planner's "
-                      f"pick: {getattr(e, 'plain_message', e)}", TuningDBWarning, stacklevel=2)
+        _warn(f"tilenest: the tuning database's winner for `{kernel.name}` "
+              f"({candidate.label()}) does not compile any more, using the planner's pick: "
+              f"{getattr(e, 'plain_message', e)}")
         return None
 
 
@@ -100,8 +111,8 @@ def _winner(db: TuningDB, tkey: TuneKey) -> tuple[TuneCandidate, float] | None:
     try:
         return db.winner(tkey)
     except TuneError as e:
-        warnings.warn(f"tilenest: cannot read the tuning database ({e.plain_message}); using "
-                      f"the planner's pick", TuningDBWarning, stacklevel=3)
+        _warn(f"tilenest: cannot read the tuning database ({e.plain_message}); using the "
+              f"planner's pick")
         return None
 
 
@@ -119,9 +130,8 @@ def _measure(kernel: Any, tensors: dict, consts: dict[str, Any], tgt: str,
         try:
             tune(kernel, *args, target=tgt, progress=False, **fixed, **passed)
         except TuneError as e:
-            warnings.warn(f"tilenest: TILENEST_TUNE=measure could not tune `{kernel.name}` "
-                          f"({e.plain_message}); using the planner's pick", TuningDBWarning,
-                          stacklevel=3)
+            _warn(f"tilenest: TILENEST_TUNE=measure could not tune `{kernel.name}` "
+                  f"({e.plain_message}); using the planner's pick")
             return None
     db = TuningDB.default()
     return None if db is None else _winner(db, tkey)
