@@ -129,6 +129,26 @@ def test_mismatching_and_raising_candidates_are_recorded_and_never_timed(
     assert statuses[default.candidate] == "mismatch"
     assert all(statuses[r.candidate] == "run-error" for r in raising)
 
+    # Correct now, but failed under this key before: timed, never the winner.
+    monkeypatch.setattr(tuner, "run_candidate", real)
+    again = GEMM.kernel.tune(*args, budget=5, target="cpu", progress=False)
+    assert all(r.status == "ok" for r in again.rows)
+    assert again.winner not in failed and any("earlier run" in n for n in again.notes)
+    assert TuningDB.default().winner(again.key)[0] == again.winner
+
+
+def test_no_candidate_passing_is_a_tune_error_with_every_failure_stored(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(space, entry):
+        raise BackendError("forced: no emitter", loc=None)
+
+    monkeypatch.setattr(tuner, "compile_candidate", failing)
+    with pytest.raises(tn.TileError, match="no winner"):
+        GEMM.kernel.tune(*_gemm_args(), budget=3, target="cpu", progress=False)
+    samples = TuningDB.default().samples("cpu")
+    assert len(samples) == 3 and {s.status for s in samples} == {"compile-error"}
+    assert all(e.winner is None for e in TuningDB.default().entries())
+
 
 def test_the_same_seed_gives_the_same_shortlist() -> None:
     args = _gemm_args()

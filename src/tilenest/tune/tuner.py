@@ -445,6 +445,7 @@ def tune(kernel: Any, *args: Any, budget: int = 20, target: str | None = None,
             raise TuneError(f"target {plain.target!r} plans nothing, so there is nothing to "
                             f"tune for `{kernel.name}`", loc=None)
         key = key_for(kernel, args, fixed, plain.target)
+        db = _database()
         space = _Space(kernel, args, plain.target, kwargs, options)
         space.plain = plain
         with progress_bar(progress, kernel.name) as bar:
@@ -455,21 +456,42 @@ def tune(kernel: Any, *args: Any, budget: int = 20, target: str | None = None,
             bench = _Bench(space, plain, seed)
             bar.advance()
             rows, rotations = _check_all(space, bench, entries, bar)
-            timing = m.TUNE_TIMING[bench.device]
-            bar.phase("timing", timing.rounds * len(rotations))
-            measured = m.measure(rotations, bench.device, timing, bar.advance)
-            for row, got in zip(rows_ok(rows), measured.values(), strict=True):
-                row.samples, row.median_s = got.samples, got.median
-            winner = min(rows_ok(rows), key=lambda r: r.median_s or math.inf, default=None)
-            again = None
-            if winner is not None:
-                bar.phase("winner", timing.rounds)
-                index = rows_ok(rows).index(winner)
-                again = m.measure({0: list(rotations.values())[index]}, bench.device, timing,
-                                  bar.advance, count=False)[0]
-    result = _finish(key, rows, winner, again, len(rotations), start, bench, space.notes)
+            winner, again = _time(rows, rotations, bench, bar,
+                                  _failed_before(db, key), space.notes)
+    result = _finish(db, key, rows, winner, again, len(rotations), start, bench, space.notes)
     _forget_plain_compiles(kernel, args, kwargs)
     return result
+
+
+def _failed_before(db: Any, key: TuneKey) -> set[TuneCandidate]:
+    """Candidates with a failed sample under `key` from an earlier run: never the winner."""
+    if db is None:
+        return set()
+    digest = key.digest()
+    return {s.candidate for s in db.samples(key.target)
+            if s.digest == digest and s.status != "ok"}
+
+
+def _time(rows: list[TuneRow], rotations: dict[int, m.Rotation], bench: _Bench, bar: Any,
+          excluded: set[TuneCandidate], notes: list[str]
+          ) -> tuple[TuneRow | None, m.Measurement | None]:
+    """Time the checked candidates together, then the fastest (not failed before) alone."""
+    timing = m.TUNE_TIMING[bench.device]
+    bar.phase("timing", timing.rounds * len(rotations))
+    measured = m.measure(rotations, bench.device, timing, bar.advance)
+    ok = rows_ok(rows)
+    for row, got in zip(ok, measured.values(), strict=True):
+        row.samples, row.median_s = got.samples, got.median
+    eligible = [r for r in ok if r.candidate not in excluded]
+    if len(eligible) < len(ok):
+        notes.append(f"{len(ok) - len(eligible)} candidate(s) that failed in an earlier run "
+                     f"of this key are timed but not selectable")
+    winner = min(eligible, key=lambda r: r.median_s or math.inf, default=None)
+    if winner is None:
+        return None, None
+    bar.phase("winner", timing.rounds)
+    rotation = list(rotations.values())[ok.index(winner)]
+    return winner, m.measure({0: rotation}, bench.device, timing, bar.advance, count=False)[0]
 
 
 def _forget_plain_compiles(kernel: Any, args: tuple, constants: dict[str, Any]) -> None:
@@ -509,14 +531,13 @@ def _check_all(space: _Space, bench: _Bench, entries: list[Entry], bar: Any
     return rows, rotations
 
 
-def _finish(key: TuneKey, rows: list[TuneRow], winner: TuneRow | None,
+def _finish(db: Any, key: TuneKey, rows: list[TuneRow], winner: TuneRow | None,
             again: m.Measurement | None, measurements: int, start: float, bench: _Bench,
             notes: list[str]) -> TuneResult:
     """Regrets, the database records, and the result (TuneError when nothing passed)."""
     if winner is not None:
         for row in rows_ok(rows):
             row.regret = (row.median_s or math.inf) / (winner.median_s or math.inf) - 1.0
-    db = _database()
     if db is not None:
         for row in rows:
             db.add_sample(key, row.candidate, status=row.status, seconds=row.samples,
@@ -529,8 +550,9 @@ def _finish(key: TuneKey, rows: list[TuneRow], winner: TuneRow | None,
             db.set_winner(key, winner.candidate, again.median)
     if winner is None or again is None:
         failed = "; ".join(f"{r.candidate.label()}: {r.status} ({r.error})" for r in rows)
-        raise TuneError(f"no candidate of `{key.kernel}` passed the reference check, so there "
-                        f"is no winner: {failed}", loc=None)
+        raise TuneError(f"no candidate of `{key.kernel}` passed the reference check (or each "
+                        f"that did failed in an earlier run), so there is no winner: {failed}",
+                        loc=None)
     return TuneResult(key=key, winner=winner.candidate, winner_seconds=again.median,
                       rows=rows, measurements=measurements,
                       elapsed_s=time.perf_counter() - start, stored=db is not None,
