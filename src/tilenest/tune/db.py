@@ -47,6 +47,7 @@ ROLES = ("model-top", "shortlist", "default", "winner-remeasure")
 BUSY_TIMEOUT_MS = 10_000
 MAX_ERROR_CHARS = 4000
 MAX_IMPORT_BYTES = 256 << 20
+MAX_FEATURES_CHARS = 1 << 20
 _SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 _UID = re.compile(r"[0-9a-f]{32}")
@@ -62,7 +63,7 @@ CREATE TABLE IF NOT EXISTS samples (
     status TEXT NOT NULL CHECK (status IN ({", ".join(f"'{s}'" for s in STATUSES)})),
     seconds TEXT NOT NULL, median REAL, predicted REAL, terms TEXT, error TEXT,
     role TEXT NOT NULL CHECK (role IN ({", ".join(f"'{r}'" for r in ROLES)})),
-    created REAL NOT NULL);
+    created REAL NOT NULL, features TEXT);
 CREATE INDEX IF NOT EXISTS samples_by_candidate ON samples (key, candidate, status);
 CREATE TABLE IF NOT EXISTS winners (
     key TEXT PRIMARY KEY REFERENCES keys(digest), candidate TEXT NOT NULL,
@@ -106,6 +107,7 @@ class Sample:
     role: str
     created: float                    # unix time
     uid: str = ""
+    features: dict[str, Any] | None = None  # what the cost model priced (tune/features.py)
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,21 @@ def _terms(terms: Any) -> dict[str, float] | None:
             raise TuneError(f"cost term {name}: {v!r:.60} is not a finite number", loc=None)
         out[name] = float(v)
     return out
+
+
+def _features(features: Any) -> str | None:
+    """The cost-model features as stored JSON text (a JSON object of finite numbers)."""
+    if features is None:
+        return None
+    if not isinstance(features, Mapping):
+        raise TuneError(f"features must be a JSON object, got {features!r:.60}", loc=None)
+    try:
+        text = _dumps(dict(features))
+    except (TypeError, ValueError, RecursionError) as e:
+        raise TuneError(f"features are not finite JSON: {e}", loc=None) from None
+    if len(text) > MAX_FEATURES_CHARS:
+        raise TuneError(f"features longer than {MAX_FEATURES_CHARS} characters", loc=None)
+    return text
 
 
 def _error(error: Any) -> str | None:
@@ -389,12 +406,14 @@ class TuningDB:
         have = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'"
                             ).fetchone()[0]
         if have >= 3:
+            _add_features_column(conn)
             return
         with _transaction(conn):
             for statement in _statements(_SCHEMA):
                 conn.execute(statement)
             conn.execute("INSERT OR IGNORE INTO meta (name, value) VALUES ('schema', ?)",
                          (SCHEMA_VERSION,))
+        _add_features_column(conn)  # a samples table made before the column
 
     def _open(self) -> sqlite3.Connection:
         """A checked connection; an unusable file is replaced, any other failure (locked
@@ -474,11 +493,13 @@ class TuningDB:
     def add_sample(self, key: TuneKey, candidate: TuneCandidate, *, status: str,
                    seconds: Sequence[float] = (), predicted: float | None = None,
                    terms: Mapping[str, float] | None = None, error: str | None = None,
-                   role: str = "shortlist") -> None:
-        """Record one measurement (or failure) of `candidate` under `key`."""
+                   role: str = "shortlist", features: Mapping[str, Any] | None = None
+                   ) -> None:
+        """Record one measurement (or failure) of `candidate` under `key`; `features` are
+        what the cost model priced (tune/features.py), for calibration."""
         row = _sample_row(key.digest(), candidate, status=status, seconds=seconds,
                           predicted=predicted, terms=terms, error=error, role=role,
-                          created=time.time(), uid=secrets.token_hex(16))
+                          created=time.time(), uid=secrets.token_hex(16), features=features)
         with self._use() as conn, _transaction(conn):
             _insert_key(conn, key, row["created"])
             _insert_sample(conn, row)
@@ -521,7 +542,8 @@ class TuningDB:
 
     def samples(self, target: str | None = None) -> list[Sample]:
         query = ("SELECT k.fields, s.key, s.candidate, s.status, s.seconds, s.median, "
-                 "s.predicted, s.terms, s.error, s.role, s.created, s.uid FROM samples s "
+                 "s.predicted, s.terms, s.error, s.role, s.created, s.uid, s.features "
+                 "FROM samples s "
                  "JOIN keys k ON k.digest = s.key")
         params: tuple = ()
         if target is not None:
@@ -532,8 +554,9 @@ class TuningDB:
         return [Sample(key=_loads(f), digest=d, candidate=TuneCandidate.from_json(c),
                        status=st, seconds=tuple(_loads(sec)), median=med, predicted=pred,
                        terms=None if terms is None else _loads(terms), error=err, role=role,
-                       created=created, uid=uid)
-                for f, d, c, st, sec, med, pred, terms, err, role, created, uid in rows]
+                       created=created, uid=uid,
+                       features=None if feats is None else _loads(feats))
+                for f, d, c, st, sec, med, pred, terms, err, role, created, uid, feats in rows]
 
     def entries(self) -> list[Entry]:
         with self._use() as conn:
@@ -557,10 +580,12 @@ class TuningDB:
             samples = [{"uid": uid, "key": key, "candidate": _loads(cand), "status": status,
                         "seconds": _loads(sec), "predicted": pred,
                         "terms": None if terms is None else _loads(terms), "error": err,
-                        "role": role, "created": created}
-                       for uid, key, cand, status, sec, pred, terms, err, role, created in
-                       conn.execute("SELECT uid, key, candidate, status, seconds, predicted, "
-                                    "terms, error, role, created FROM samples ORDER BY id")]
+                        "role": role, "created": created,
+                        "features": None if feats is None else _loads(feats)}
+                       for uid, key, cand, status, sec, pred, terms, err, role, created, feats
+                       in conn.execute("SELECT uid, key, candidate, status, seconds, "
+                                       "predicted, terms, error, role, created, features "
+                                       "FROM samples ORDER BY id")]
             winners = [{"key": key, "candidate": _loads(cand), "seconds": sec,
                         "created": created} for key, cand, sec, created in conn.execute(
                             "SELECT key, candidate, seconds, created FROM winners "
@@ -630,9 +655,21 @@ def _insert_key(conn: sqlite3.Connection, key: TuneKey, created: float) -> None:
                                          created))
 
 
+def _add_features_column(conn: sqlite3.Connection) -> None:
+    """Migrate a database made before samples kept their cost features (ALTER TABLE, under
+    the write lock: concurrent openers re-check there)."""
+    def missing() -> bool:
+        return "features" not in {r[1] for r in conn.execute("PRAGMA table_info(samples)")}
+
+    if missing():
+        with _transaction(conn):
+            if missing():
+                conn.execute("ALTER TABLE samples ADD COLUMN features TEXT")
+
+
 def _sample_row(digest: str, candidate: TuneCandidate, *, status: Any, seconds: Any,
                 predicted: Any, terms: Any, error: Any, role: Any, created: Any,
-                uid: Any) -> dict[str, Any]:
+                uid: Any, features: Any = None) -> dict[str, Any]:
     """A validated samples row."""
     if not isinstance(candidate, TuneCandidate):
         raise TuneError(f"candidate must be a TuneCandidate, got {candidate!r:.60}", loc=None)
@@ -648,7 +685,7 @@ def _sample_row(digest: str, candidate: TuneCandidate, *, status: Any, seconds: 
             "median": statistics.median(secs) if secs else None,
             "predicted": _predicted(predicted), "terms": None if tm is None else _dumps(tm),
             "error": _error(error), "role": _choice(role, ROLES, "role"),
-            "created": _finite(created, "created")}
+            "created": _finite(created, "created"), "features": _features(features)}
 
 
 def _insert_sample(conn: sqlite3.Connection, row: dict[str, Any],
@@ -656,8 +693,9 @@ def _insert_sample(conn: sqlite3.Connection, row: dict[str, Any],
     verb = "INSERT OR IGNORE" if ignore_existing else "INSERT"
     return conn.execute(
         f"{verb} INTO samples (uid, key, candidate, status, seconds, median, predicted, "
-        f"terms, error, role, created) VALUES (:uid, :key, :candidate, :status, :seconds, "
-        f":median, :predicted, :terms, :error, :role, :created)", row).rowcount
+        f"terms, error, role, created, features) VALUES (:uid, :key, :candidate, :status, "
+        f":seconds, :median, :predicted, :terms, :error, :role, :created, :features)",
+        row).rowcount
 
 
 def _parse_export(path: Path) -> tuple[list, list, list]:
@@ -696,16 +734,17 @@ def _parse_export(path: Path) -> tuple[list, list, list]:
                "role", "created"}
     for i, item in enumerate(doc["samples"]):
         where = f"{path}: samples[{i}]"
-        if not isinstance(item, dict) or set(item) != fields_:
-            raise TuneError(f"{where} must have exactly the fields {sorted(fields_)}",
-                            loc=None)
+        if not isinstance(item, dict) or set(item) - {"features"} != fields_:
+            raise TuneError(f"{where} must have exactly the fields {sorted(fields_)} (and "
+                            f"optionally features)", loc=None)
         if item["key"] not in keys:
             raise TuneError(f"{where}: key {item['key']!r:.70} is not among the file's keys",
                             loc=None)
         candidate = _in(where, TuneCandidate.from_data, item["candidate"])
         _same_target(where, candidate, keys[item["key"]])
         samples.append(_in(where, lambda it=item, c=candidate: _sample_row(
-            it["key"], c, **{k: it[k] for k in fields_ - {"key", "candidate"}})))
+            it["key"], c, **{k: it[k] for k in fields_ - {"key", "candidate"}},
+            features=it.get("features"))))
     ok = {(s["key"], s["candidate"]) for s in samples if s["status"] == "ok"}
     winners = []
     for i, item in enumerate(doc["winners"]):
