@@ -16,6 +16,13 @@
    remeasured alone. Every sample goes to the tuning database with the model's prediction
    and cost terms; the winner is stored for the key. Failed candidates are kept there with
    their status and are never selected.
+
+`budget` bounds the shortlist, so at most `budget` candidates are timed (`measure.MEASUREMENTS`
+counts them; the winner's remeasure is the same candidate again and is not counted). The
+tuner's own compiles run with `TILENEST_TUNE=off` (set in the process environment while it
+runs), so its default is the model's pick and `measure` mode does not re-enter. Tunables do
+not change the semantics, so the reference interprets the largest declared tile values (the
+fewest instances and steps for the interpreter), falling back to the pick's.
 """
 
 from __future__ import annotations
