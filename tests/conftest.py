@@ -44,3 +44,11 @@ def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
                         f"{diff}")
 
     return check
+
+
+@pytest.fixture(autouse=True)
+def _no_stored_winners(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside tests/tune, plain calls ignore the tuning database (TILENEST_TUNE=off): a
+    developer's stored winners must not change the planner picks other tests assert."""
+    if "tune" not in Path(str(request.node.fspath)).parent.parts[-1:]:
+        monkeypatch.setenv("TILENEST_TUNE", "off")
