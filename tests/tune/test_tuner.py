@@ -4,11 +4,13 @@ plain calls that use the stored winner (cpu target, tiny shapes, quick timing)."
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 import pytest
 from examples import EXAMPLES
 from examples.common import Case
+from tune_common import inputs, load_kernel_module, run_fresh
 
 import tilenest as tn
 from tilenest.errors import BackendError
@@ -263,6 +265,9 @@ def test_tune_on_the_cuda_target_under_the_triton_interpreter(
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
     monkeypatch.setattr(tuner, "MAX_ROTATION_BYTES", 1)  # one input set: interpreted calls
+    monkeypatch.setitem(measure.TUNE_TIMING, "cpu", Timing(rounds=1, min_time_s=0.0,
+                                                           min_runs=1, max_runs=1,
+                                                           warmup_calls=1, pause_s=0.0))
     run = GEMM.prepare(np.random.default_rng(5), Case({"M": 16, "N": 16, "K": 16}),
                        lib="torch")
     result = GEMM.kernel.tune(*run.args, budget=3, target="cuda", progress=False)
@@ -271,3 +276,18 @@ def test_tune_on_the_cuda_target_under_the_triton_interpreter(
     assert result.measurements == 3
     assert len({r.candidate.plan for r in result.rows}) == 3
     assert TuningDB.default().winner(result.key)[0] == result.winner
+
+
+def test_a_fresh_process_uses_the_tuned_winner_without_measuring(tmp_path) -> None:
+    """The second run of a program: a new process, the same key, zero measurements (the
+    measuring module is never imported there)."""
+    module = load_kernel_module(tmp_path, "tuned_fresh_process")
+    x, y = inputs()
+    result = module.scale_rows.tune(x, y, budget=3, target="cpu", progress=False)
+    report = run_fresh(tmp_path, "tuned_fresh_process",
+                       {"TILENEST_CACHE_DIR": os.environ["TILENEST_CACHE_DIR"],
+                        "TILENEST_TUNE": "cached"})
+    assert report["constants"]["ROWS"] == dict(result.winner.constants)["ROWS"]
+    assert report["plan"] == result.winner.plan_record().describe()
+    assert not report["tuner_imported"] and not report["measure_imported"]
+    assert report["max_error"] == 0.0 and report["first_line"].startswith("tuned")
