@@ -156,3 +156,34 @@ def test_old_database_migrates(tmp_path: Path) -> None:
     again.add_sample(_key(), cand, status="ok", seconds=[1e-3], features={"format": 1})
     assert again.samples()[-1].features == {"format": 1}
     assert np.isfinite(again.samples()[-1].median)
+
+
+# ------------------------------------------------------------------------------ the tuner
+
+
+def test_tuner_stores_features_that_price_as_predicted(monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    from examples.common import Case
+
+    from tilenest.backends.cpu.cost import CpuCostPolicy
+    from tilenest.tune import measure, tuner
+    from tilenest.tune.measure import Timing
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    monkeypatch.setenv("TILENEST_CACHE_DIR", str(cache))
+    monkeypatch.delenv("TILENEST_TUNE", raising=False)
+    monkeypatch.setitem(measure.TUNE_TIMING, "cpu", Timing(
+        rounds=2, min_time_s=0.001, min_runs=2, max_runs=4, warmup_calls=1, pause_s=0.0))
+    monkeypatch.setattr(tuner, "MAX_ROTATION_BYTES", 1 << 20)
+    ex = EXAMPLES["softmax"]
+    args = ex.prepare(np.random.default_rng(0), Case({"M": 24, "N": 40})).args
+    result = ex.kernel.tune(*args, budget=4, target="cpu", progress=False)
+    samples = TuningDB.default().samples("cpu")
+    assert len(samples) == len(result.rows) + 1  # and the winner's remeasure
+    from tilenest.backends.cpu.jit import host_info
+
+    policy = CpuCostPolicy(vector_registers=32 if host_info().vector_bits >= 512 else 16)
+    for s in samples:
+        assert s.features is not None, s.role
+        assert evaluate_with(policy, s.features).total == s.predicted

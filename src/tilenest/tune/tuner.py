@@ -65,6 +65,7 @@ class Entry:
     plan: Any
     role: str
     cost: Any  # the model's CostBreakdown for it
+    candidate: Any = None  # the planner's Candidate (what the cost model priced)
 
     @property
     def ident(self) -> tuple:
@@ -83,6 +84,7 @@ class _Space:
         self.constants, self.options = constants, options
         self.open = [n for n in kernel.tunables if n not in constants]
         self.plannings: dict[tuple, Any] = {}
+        self.sources: dict[tuple, tuple[Any, Any]] = {}  # (Function, target info) planned
         self.notes: list[str] = []
         self.plain: Any = None  # the plain call's CompiledKernel (the default candidate)
 
@@ -116,12 +118,30 @@ class _Space:
         cached = kernel._plans.get((spec_key, self.target,
                                     tuple(sorted(self.options.items()))))
         if cached is not None:
+            self.sources[tuple(assignment.items())] = (cached.fn, cached.planned[1])
             return cached.result
         plan_one = planner(self.target)
         if plan_one is None:
             raise TuneError(f"target {self.target!r} has no planner", loc=None)
         fn = kernel._function(tensors, spec_key[0], consts)
-        return plan_one(fn, self.options)[0]
+        result, info = plan_one(fn, self.options)
+        self.sources[tuple(assignment.items())] = (fn, info)
+        return result
+
+    def features(self, entry: Entry) -> dict[str, Any] | None:
+        """The cost features of a shortlisted entry (tune/features.py), or None where its
+        assignment cannot be planned again."""
+        from tilenest.tune.features import features_for
+
+        key = entry.constants
+        try:
+            if key not in self.sources:
+                self._plan(dict(key))
+            fn, info = self.sources[key]
+            return features_for(fn, info, entry.candidate)
+        except TileError as e:
+            self.notes.append(f"{_label(dict(key))}: no cost features ({_first_line(e)})")
+            return None
 
 
 def _label(assignment: dict[str, Any]) -> str:
@@ -169,7 +189,8 @@ class _Shortlist:
         return len(self.entries) >= self.budget
 
     def add(self, assignment: dict[str, Any], scored: Any, role: str) -> bool:
-        entry = Entry(tuple(assignment.items()), scored.plan, role, scored.cost)
+        entry = Entry(tuple(assignment.items()), scored.plan, role, scored.cost,
+                      scored.candidate)
         if self.full or entry.ident in self.entries:
             return False
         self.entries[entry.ident] = entry
@@ -458,6 +479,7 @@ def tune(kernel: Any, *args: Any, budget: int = 20, target: str | None = None,
         with progress_bar(progress, kernel.name) as bar:
             bar.phase("shortlist", 1)
             entries = shortlist(space, plain, budget, seed)
+            features = [space.features(e) for e in entries]
             bar.advance()
             bar.phase("reference", 1)
             bench = _Bench(space, plain, seed)
@@ -465,7 +487,8 @@ def tune(kernel: Any, *args: Any, budget: int = 20, target: str | None = None,
             rows, rotations = _check_all(space, bench, entries, bar)
             winner, again = _time(rows, rotations, bench, bar,
                                   _failed_before(db, key), space.notes)
-    result = _finish(db, key, rows, winner, again, len(rotations), start, bench, space.notes)
+    result = _finish(db, key, rows, winner, again, len(rotations), start, bench, space.notes,
+                     features)
     _forget_plain_compiles(kernel, args, kwargs)
     return result
 
@@ -540,20 +563,24 @@ def _check_all(space: _Space, bench: _Bench, entries: list[Entry], bar: Any
 
 def _finish(db: Any, key: TuneKey, rows: list[TuneRow], winner: TuneRow | None,
             again: m.Measurement | None, measurements: int, start: float, bench: _Bench,
-            notes: list[str]) -> TuneResult:
-    """Regrets, the database records, and the result (TuneError when nothing passed)."""
+            notes: list[str], features: list[dict[str, Any] | None] | None = None
+            ) -> TuneResult:
+    """Regrets, the database records (each sample with its entry's cost `features`, in
+    row order), and the result (TuneError when nothing passed)."""
     if winner is not None:
         for row in rows_ok(rows):
             row.regret = (row.median_s or math.inf) / (winner.median_s or math.inf) - 1.0
     if db is not None:
-        for row in rows:
+        feats = features if features is not None else [None] * len(rows)
+        for row, feat in zip(rows, feats, strict=True):
             db.add_sample(key, row.candidate, status=row.status, seconds=row.samples,
                           predicted=row.predicted, terms=row.terms or None,
-                          error=row.error if row.status != "ok" else None, role=row.role)
+                          error=row.error if row.status != "ok" else None, role=row.role,
+                          features=feat)
         if winner is not None and again is not None:
             db.add_sample(key, winner.candidate, status="ok", seconds=again.samples,
                           predicted=winner.predicted, terms=winner.terms or None,
-                          role="winner-remeasure")
+                          role="winner-remeasure", features=feats[rows.index(winner)])
             db.set_winner(key, winner.candidate, again.median)
     if winner is None or again is None:
         failed = "; ".join(f"{r.candidate.label()}: {r.status} ({r.error})" for r in rows)
