@@ -19,22 +19,19 @@
 
 `budget` bounds the shortlist, so at most `budget` candidates are timed (`measure.MEASUREMENTS`
 counts them; the winner's remeasure is the same candidate again and is not counted). The
-tuner's own compiles run with `TILENEST_TUNE=off` (set in the process environment while it
-runs), so its default is the model's pick and `measure` mode does not re-enter. Tunables do
+tuner's own compiles ignore the tuning database (`cached.database_off`, this thread only), so
+its default is the model's pick and `measure` mode does not re-enter. Tunables do
 not change the semantics, so the reference interprets the largest declared tile values (the
 fewest instances and steps for the interpreter), falling back to the pick's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
-import os
 import random
 import time
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -43,6 +40,7 @@ import numpy as np
 from tilenest.errors import ArgumentError, TileError, TuneError
 from tilenest.runtime.args import describe_tensor, written_params
 from tilenest.tune import measure as m
+from tilenest.tune.cached import database_off
 from tilenest.tune.candidate import TuneCandidate
 from tilenest.tune.key import TuneKey, key_for
 from tilenest.tune.report import TuneResult, TuneRow, progress_bar
@@ -426,21 +424,6 @@ def compile_candidate(space: _Space, entry: Entry) -> Any:
 # ------------------------------------------------------------------------------ tune
 
 
-@contextlib.contextmanager
-def _database_off() -> Iterator[None]:
-    """The tuner's own compiles ignore the tuning database (TILENEST_TUNE=off): its default
-    is the model's pick, never a stored winner, and `measure` does not re-enter."""
-    before = os.environ.get("TILENEST_TUNE")
-    os.environ["TILENEST_TUNE"] = "off"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("TILENEST_TUNE", None)
-        else:
-            os.environ["TILENEST_TUNE"] = before
-
-
 def _database() -> Any:
     from tilenest.tune.db import TuningDB, TuningDBWarning
 
@@ -466,7 +449,7 @@ def tune(kernel: Any, *args: Any, budget: int = 20, target: str | None = None,
     start = time.perf_counter()
     kwargs = dict(fixed)
     options = kernel._options(kwargs)  # planner options the call fixes; the rest constants
-    with _database_off():
+    with database_off():
         _forget_plain_compiles(kernel, args, kwargs)  # one cached may be a stored winner's
         plain = kernel.compile(*args, target=target, **kwargs, **options)
         if plain.planning is None or plain.planning.selected is None:
