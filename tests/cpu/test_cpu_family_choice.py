@@ -6,6 +6,7 @@ opposite-extremum key chain (issue 9)."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -238,3 +239,63 @@ def test_axis_extrema_see_every_nan(partitions: int, where: int, nan: int) -> No
     ref_hi, ref_lo = np.full(4, -7.0, np.float32), np.full(4, -7.0, np.float32)
     tn.interpret(_row_extrema, x, ref_hi, ref_lo)
     assert hi.tobytes() == ref_hi.tobytes() and lo.tobytes() == ref_lo.tobytes()
+
+
+# ------------------------------------------------------------------ fused axis reductions
+
+
+def test_fuse_reductions_is_listed_where_a_computed_tile_is_summed() -> None:
+    x = np.zeros((5, 64), np.float32)
+    assert families(_softmax.ir(x, np.zeros_like(x)))["fuse_reductions"] == (False, True)
+    y = np.zeros((9, 40), np.float32)
+    assert "fuse_reductions" not in families(_swish_tanh.ir(y, y, np.zeros_like(y)))
+    # max of a loaded tile is not fusable (a load is not materialized by a loop).
+    z = np.zeros((4, 300), np.float32)
+    assert "fuse_reductions" not in families(_row_extrema.ir(z, np.zeros(4, np.float32),
+                                                             np.zeros(4, np.float32)))
+
+
+def test_fused_reduction_replaces_the_separate_pass() -> None:
+    from tilenest.backends.cpu.lower import lower_function
+
+    x = np.zeros((6, 300), np.float32)
+    fn = _softmax.ir(x, np.zeros_like(x), ROWS=3, N=300)
+    plan = CpuPlan(local_lanes=packet_width(), reduction_partitions=16)
+    apart = lower_function(fn, plan, 256, assume_no_alias=True).llvm_ir
+    fused = lower_function(fn, plan.with_(fuse_reductions=True), 256,
+                           assume_no_alias=True).llvm_ir
+    assert "fr.head" not in apart and "fr.head" in fused
+    # The max's key chain stays (one grp loop per row); the sum's grp loop is gone.
+    loops = re.compile(r"^grp\.head[.\d]*:", re.M)
+    assert len(loops.findall(fused)) * 2 == len(loops.findall(apart)) > 0
+
+
+@pytest.mark.parametrize("partitions", [4, 16])
+@pytest.mark.parametrize("rows,n", [(3, 300), (1, 16), (2, 47), (4, 1000)])
+def test_fused_reduction_bits_for_every_interleave(partitions: int, rows: int, n: int
+                                                  ) -> None:
+    rng = np.random.default_rng(rows * n)
+    x = (5.0 * rng.standard_normal((rows * 2 + 1, n))).astype(np.float32)
+    x[1, n // 2] = np.nan
+    outs = set()
+    for fuse in (False, True):
+        for count in (1, 2, 4, 8):
+            y = np.full_like(x, np.nan)
+            _softmax(x, y, target="cpu", ROWS=rows, N=n, plan=CpuPlan(
+                fuse_reductions=fuse, math_interleave=count, reduction_partitions=partitions))
+            outs.add(y.tobytes())
+    assert len(outs) == 1
+    ref = np.full_like(x, np.nan)
+    tn.interpret(_softmax, x, ref, ROWS=rows, N=n)
+    np.testing.assert_allclose(np.frombuffer(outs.pop(), np.float32).reshape(x.shape), ref,
+                               rtol=3e-6, atol=1e-7)
+
+
+def test_fusion_priced_by_register_room() -> None:
+    """AVX2: exp interleaved 4 ways already spills, the partials would live in memory
+    (measured slower): not fused. AVX-512's 32 registers hold them: fused."""
+    x = np.zeros((64, 4096), np.float32)
+    fn = _softmax.ir(x, np.zeros_like(x), ROWS=2, N=4096)
+    listed = {"fuse_reductions": families(fn)["fuse_reductions"]}
+    assert FamilyPricer(AVX2).choose(fn, listed)["fuse_reductions"][0] is False
+    assert FamilyPricer(AVX512).choose(fn, listed)["fuse_reductions"][0] is True

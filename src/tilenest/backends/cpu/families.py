@@ -18,6 +18,11 @@ that function and is left out, so the planner's space does not grow for nothing.
   again soon. `None` (the default): `True` for tensors larger than the last-level cache
   whose tiles write rows of at least 4 KiB (short row pieces measured slower streamed).
   Functions that store to tensors have the choice.
+- `fuse_reductions`: `True` accumulates the partitions of a closed unordered axis sum or
+  product of a computed tile (`tn.sum(tn.exp(...), axis=c)` where the tile is also stored
+  or used again) in the loop that materializes the tile, instead of a separate pass over
+  it; the partition model (contribution i to partial i mod P, in index order, the same
+  tree) and so the bits are the same. Functions with such a reduction have the choice.
 
 The planner's pick: `choose(fn, vector_bits)` prices every listed value with the family
 terms of `family_cost.py` and keeps the cheapest (ties: the default); the CPU target fills
@@ -29,9 +34,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tilenest.analysis.reductions import axis_reduction, closed_states
+from tilenest.analysis.uses import UseInfo, region_of
 from tilenest.backends.cpu.family_cost import FamilyPricer, HostShape
 from tilenest.backends.cpu.plan import MATH_INTERLEAVES, CpuPlan
-from tilenest.ir.core import Function
+from tilenest.ir.core import Function, Op
+from tilenest.ir.types import TileType
 
 # TileIR ops lowered to a vecmath call (sqrt/rsqrt are single instructions).
 VECTOR_MATH_OPS = frozenset({"exp", "log", "tanh", "sigmoid"})
@@ -39,6 +47,31 @@ VECTOR_MATH_OPS = frozenset({"exp", "log", "tanh", "sigmoid"})
 
 def calls_vector_math(fn: Function) -> bool:
     return any(op.name in VECTOR_MATH_OPS for op in fn.walk())
+
+
+def fusable_reductions(fn: Function) -> list[Op]:
+    """Reduce ops whose input the materializing loop can accumulate (the IR side of
+    `rules_reduce._fusable_reduction`: a closed unordered f32/f64 sum or product over the
+    last axis of a computed tile, in the tile's own region, with another use)."""
+    uses = UseInfo.of(fn)
+    out = []
+    for op in fn.walk():
+        if op.name != "reduce" or op.attrs["order"] != "unordered_tree":
+            continue
+        closed = closed_states(op)
+        fast = axis_reduction(op, closed) if closed else None
+        if fast is None or fast[1].combine.name not in ("add", "mul"):
+            continue
+        take = fast[0]
+        x = take.operands[0]
+        t = x.type
+        if (x.owner is None or not isinstance(x.owner, Op) or x.owner.name == "load"
+                or not isinstance(t, TileType) or t.dtype.name not in ("f32", "f64")
+                or take.attrs["axis"] != t.rank - 1 or len(uses.users(x)) < 2
+                or region_of(x) is not op.parent):
+            continue
+        out.append(op)
+    return out
 
 
 def families(fn: Function) -> dict[str, tuple[object, ...]]:
@@ -50,6 +83,8 @@ def families(fn: Function) -> dict[str, tuple[object, ...]]:
         default = CpuPlan().math_interleave
         out["math_interleave"] = (default,) + tuple(v for v in MATH_INTERLEAVES
                                                     if v != default)
+    if fusable_reductions(fn):
+        out["fuse_reductions"] = (CpuPlan().fuse_reductions, not CpuPlan().fuse_reductions)
     return out
 
 

@@ -28,6 +28,15 @@ benchmarks/results/cpu-issue9-families-*.md for the planner's pick against every
   rows of 1 KiB ran 0.68x, 512 B 0.5x), or, where the staged path cannot take the store
   (half types, strided rows), scalar non-temporal stores (`scalar_nt`); None pays what its
   size rule does.
+- `fuse_reductions`, per element of each fusable axis reduction's input
+  (`families.fusable_reductions`): False pays the separate pass that reads the
+  materialized tile again (`reduce_pass`: a load and a combine per element); True pays the
+  fold inside the materializing loop: `fused_fold` while the loop's P/W partial vectors fit
+  the registers beside its vector-math body (the function's widest body at the plan's
+  default interleave, priced as for `math_interleave`), else `fused_spilled`: the partials
+  then live in memory and their chain runs through store forwarding. Measured on znver3
+  (AVX2: exp at 4 vectors already spills), softmax rows of 4096-16384: fused 5-38% slower
+  (ROWS 1-8), so False there; the AVX-512 side (no spill) is priced, not measured.
 """
 
 from __future__ import annotations
@@ -43,7 +52,8 @@ from tilenest.ir.types import TensorType, TileType
 
 FAMILY_WEIGHTS: dict[str, float] = {"issue": 4.0, "latency": 3.0, "overlap": 2.0, "live": 2.0,
                                     "spill": 1.0, "rfo": 1.0, "stage": 0.1, "short_row": 2.0,
-                                    "scalar_nt": 4.0}
+                                    "scalar_nt": 4.0, "reduce_pass": 1.0, "fused_fold": 0.25,
+                                    "fused_spilled": 1.5}
 PAGE_BYTES = 4096
 STREAM_MIN_ROW_BYTES = 4096  # rules_memory.STREAM_MIN_ROW_BYTES (the size rule)
 MATH_OPS = ("exp", "log", "tanh", "sigmoid")
@@ -167,9 +177,32 @@ def _nontemporal_stores(fn: Function, value: object, host: HostShape,
     return total
 
 
+def _fuse_reductions(fn: Function, value: object, host: HostShape,
+                     w: Mapping[str, float]) -> float:
+    from tilenest.backends.cpu.families import fusable_reductions
+    from tilenest.backends.cpu.plan import CpuPlan
+
+    times = _programs(fn)
+    k = CpuPlan().math_interleave
+    bodies = [body_stats(op.name) for op in fn.walk() if op.name in MATH_OPS]
+    held = max((s.constants + k * w["live"] for s in bodies), default=0.0)
+    total = 0.0
+    for op in fusable_reductions(fn):
+        take = next(o for o in op.body.ops if o.name == "take")
+        t = take.operands[0].type
+        elements = _elements(t.shape) if isinstance(t, TileType) else 1
+        bits = t.dtype.bits if isinstance(t, TileType) else 32
+        partial_vectors = -(-CpuPlan().reduction_partitions // max(1, host.vector_bits // bits))
+        fits = held + partial_vectors <= host.registers
+        fold = w["fused_fold"] if fits else w["fused_spilled"]
+        total += times.get(id(op), 1) * elements * (fold if value else w["reduce_pass"])
+    return total
+
+
 Price = Callable[[Function, object, HostShape, Mapping[str, float]], float]
 FAMILY_PRICES: dict[str, Price] = {"math_interleave": _math_interleave,
-                                   "nontemporal_stores": _nontemporal_stores}
+                                   "nontemporal_stores": _nontemporal_stores,
+                                   "fuse_reductions": _fuse_reductions}
 
 
 class FamilyPricer:

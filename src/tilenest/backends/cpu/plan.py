@@ -38,6 +38,9 @@ class CpuPlan:
     allow_fma: bool = False          # numerical policy: FMA contraction only when allowed
     program_traversal: tuple[int, int] = (1, 1)  # grouped rectangles (rows, cols) of programs
     math_interleave: int = 4         # vectors per iteration of loops calling exp/tanh/...
+    # A materialized tile that a closed unordered axis reduction (tn.sum/tn.prod) also reads
+    # accumulates the reduction's partitions in the loop that computes it (one pass fewer).
+    fuse_reductions: bool = False
 
     def with_(self, **changes: Any) -> CpuPlan:
         return replace(self, **changes)
@@ -73,6 +76,8 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
     if not (plan.nontemporal_stores is None or isinstance(plan.nontemporal_stores, bool)):
         raise _fail("nontemporal_stores", f"must be None (by size), False or True, got "
                                           f"{plan.nontemporal_stores!r}")
+    if not isinstance(plan.fuse_reductions, bool):
+        raise _fail("fuse_reductions", f"must be False or True, got {plan.fuse_reductions!r}")
     if plan.math_interleave not in MATH_INTERLEAVES:
         raise _fail("math_interleave", f"must be one of {MATH_INTERLEAVES}, got "
                                        f"{plan.math_interleave!r}")

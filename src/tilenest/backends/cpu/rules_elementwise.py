@@ -28,7 +28,9 @@ def bind(em: Emitter, v: Value, r: Tile) -> None:
         fusable = (em.plan.fuse_elementwise and user is not None
                    and user.name not in REREADING)
         if not fusable and (r.shape != () or r.cost > 1):
-            r = em.materialize(r, owner=v)
+            from tilenest.backends.cpu.rules_reduce import materialize_with_reduction
+
+            r = materialize_with_reduction(em, v, r) or em.materialize(r, owner=v)
     em.env[v] = r
 
 

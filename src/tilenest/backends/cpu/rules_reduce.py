@@ -269,10 +269,11 @@ def _fusable_reduction(em: Emitter, v: Value, r: Recipe) -> tuple[Op, ClosedStat
 def materialize_with_reduction(em: Emitter, v: Value, r: Recipe) -> Arr | None:
     """`plan.fuse_reductions`: materialize `v` in loops that also accumulate the partition
     partials of an axis reduction over it (the reduce, lowered later, finishes from them:
-    the same partition model, bitwise `_fast_axis`'s result). Per row: group 0 starts
-    the P partials, groups 1.. fold into them, U = math_interleave x W / P groups per
-    iteration (each partial keeps its contributions in index order); the tail past the
-    last whole group is only stored. None when there is no such reduction."""
+    the same partition model, bitwise `_fast_axis`'s result). Per row: a loop LLVM
+    vectorizes computes U groups of P elements (U = math_interleave x W / P, at least 1)
+    into the tile, then they are folded as P-wide vectors, in order, into the partials
+    carried in registers (group 0 starts them); the tail past the last whole group is only
+    computed. None when there is no such reduction."""
     if not em.plan.fuse_reductions:
         return None
     found = _fusable_reduction(em, v, r)
@@ -291,31 +292,43 @@ def materialize_with_reduction(em: Emitter, v: Value, r: Recipe) -> Arr | None:
     width = em.facts.packet_width(t.dtype)
     per_iter = max(1, em.plan.math_interleave * width // p)
 
+    vec_t = ir.VectorType(sc.reg_type(t.dtype), p)
+
     def row(coords: list[ir.Value], _: ir.Value | None) -> None:
-        def value(i: ir.Value) -> ir.Value:
-            x = r.load(b, coords + [i], None)
-            dst.store(b, coords + [i], None, x)
-            return x
+        def compute(start: ir.Value, count: int) -> None:
+            """dst[start : start + count] = the recipe: one loop LLVM vectorizes."""
+            em.loop(0, count, lambda j: dst.store(
+                b, coords + [b.add(start, j)], None, r.load(b, coords + [b.add(start, j)],
+                                                              None)), name="fk")
 
-        def first(k: ir.Value) -> None:
-            partials.store(b, coords + [k], None, value(k))
+        def group(g: ir.Value) -> ir.Value:
+            """The P contributions of group g, as one vector (just stored: in L1)."""
+            ptr = dst.address(b, coords + [b.mul(g, c64(p))], None)
+            ld = b.load(b.bitcast(ptr, vec_t.as_pointer()))
+            ld.align = 4
+            return ld
 
-        def fold(g0: ir.Value, count: int) -> None:
-            def lane(k: ir.Value) -> None:
-                acc = partials.load(b, coords + [k], None)
+        def fold(count: int):
+            def step(g: ir.Value, vals: list[ir.Value]) -> list[ir.Value]:
+                compute(b.mul(g, c64(p)), count * p)
+                acc = vals[0]
                 for u in range(count):
-                    i = b.add(b.mul(b.add(g0, c64(u)), c64(p)), k)
-                    acc = _combine(b, name, t.dtype, acc, value(i))
-                partials.store(b, coords + [k], None, acc)
+                    acc = _combine(b, name, t.dtype, acc, group(b.add(g, c64(u))))
+                return [acc]
 
-            em.loop(0, p, lane, name="fk")
+            return step
 
-        em.loop(0, p, first, name="fk0")
+        compute(c64(0), p)
+        acc = group(c64(0))
         whole = 1 + (groups - 1) // per_iter * per_iter if per_iter > 1 else 1
         if whole > 1:
-            em.loop(1, whole, lambda g: fold(g, per_iter), step=per_iter, name="fg")
-        em.loop(whole, groups, lambda g: fold(g, 1), name="fr")
-        em.loop(groups * p, n, value, name="ft")
+            (acc,) = em.loop_carried(1, whole, [acc], fold(per_iter), step=per_iter,
+                                     name="fg")
+        (acc,) = em.loop_carried(whole, groups, [acc], fold(1), name="fr")
+        if n > groups * p:
+            compute(c64(groups * p), n - groups * p)
+        ptr = partials.address(b, coords + [c64(0)], None)
+        b.store(acc, b.bitcast(ptr, vec_t.as_pointer())).align = 4
 
     hints, em.math_hints = em.math_hints, False
     em.for_each(t.shape[:-1], True, row)
