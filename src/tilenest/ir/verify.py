@@ -57,7 +57,8 @@ def dims_in_attr(value: object) -> Iterator[Dim]:
         yield value
     elif isinstance(value, tuple | list):
         for v in value:
-            yield from dims_in_attr(v)
+            if isinstance(v, Dim | tuple | list):  # scalars (most entries) hold no dim
+                yield from dims_in_attr(v)
 
 
 def _dims_of_type(t: object) -> tuple[Dim, ...]:
@@ -120,8 +121,13 @@ class _Checker:
         for i, v in enumerate(op.operands):
             self._operand(op, i, v, scope)
         self._placement(op, region, pos, owner, in_map)
-        self._check_dims(op, (d for v in op.results for d in _dims_of_type(v.type)))
-        self._check_dims(op, (d for v in op.attrs.values() for d in dims_in_attr(v)))
+        for v in op.results:
+            t = v.type
+            if isinstance(t, TileType):
+                self._check_dims(op, t.dims)
+        for value in op.attrs.values():
+            if isinstance(value, Dim | tuple | list):  # others hold no dims (ints, names)
+                self._check_dims(op, dims_in_attr(value))
         for r in op.regions:
             self._region(r, op, frozenset(scope), in_map or op.name == "map")
         try:

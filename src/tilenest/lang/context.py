@@ -78,6 +78,11 @@ def emit(
 _INTERNAL: dict[str, bool] = {}
 
 
+# SourceLoc per (file, line), with the linecache entry its text came from: a capture tags
+# every op, and a kernel's ops come from a few lines (reused while linecache keeps the entry).
+_LOCS: dict[tuple[str, int], tuple[Any, SourceLoc]] = {}
+
+
 def caller_loc(start: FrameType | None) -> SourceLoc | None:
     """`tilenest.errors.user_loc(start)`: the innermost user frame's file, line and text."""
     frame = start
@@ -89,7 +94,19 @@ def caller_loc(start: FrameType | None) -> SourceLoc | None:
             if os.path.isabs(filename):  # a relative name resolves against the cwd
                 _INTERNAL[filename] = internal
         if not internal:
-            lineno = frame.f_lineno
-            return SourceLoc(filename, lineno, linecache.getline(filename, lineno).rstrip("\n"))
+            return source_loc(filename, frame.f_lineno)
         frame = frame.f_back
     return None
+
+
+def source_loc(filename: str, lineno: int) -> SourceLoc:
+    """SourceLoc(filename, lineno, the line's text), as `linecache.getline` reads it."""
+    key = (filename, lineno)
+    got = _LOCS.get(key)
+    if got is not None and got[0] is not None and linecache.cache.get(filename) is got[0]:
+        return got[1]
+    loc = SourceLoc(filename, lineno, linecache.getline(filename, lineno).rstrip("\n"))
+    if len(_LOCS) >= 4096:
+        _LOCS.clear()
+    _LOCS[key] = (linecache.cache.get(filename), loc)
+    return loc

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import linecache
 import sys
 import textwrap
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from typing import Any
 
 from tilenest.errors import CaptureError
 from tilenest.ir.core import SourceLoc
+from tilenest.lang.context import source_loc
 from tilenest.lang.liveness import live_in
 
 _PREFIX = "__tn_"
@@ -191,8 +191,7 @@ class _Runtime:
         self.function_name = function_name
 
     def source_loc(self, lineno: int) -> SourceLoc:
-        return SourceLoc(self.filename, lineno,
-                         linecache.getline(self.filename, lineno).rstrip("\n"))
+        return source_loc(self.filename, lineno)
 
     def loop(self, iterable: Any, jumps: tuple[tuple[int, str], ...],
              assigned: tuple[tuple[str, int], ...] = (), live: tuple[str, ...] = ()) -> Any:

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from tilenest.backends.cuda.plan import CudaPlan
     from tilenest.backends.cuda.target import CudaTargetInfo
 
+Traversal = tuple[tuple[int, ...] | None, int, int]  # root_axis_order, group rows, columns
+
 
 def with_shares(base: tuple[dict, ...], fracs: tuple[float, ...]) -> tuple[dict, ...]:
     """A launch schedule with each `mma` phase's DRAM share (-1 there) filled in."""
@@ -43,24 +45,24 @@ def _refused(check: Callable[[], Any]) -> bool:
 
 
 def _traversal_groups(info: CudaTargetInfo, space: Space
-                      ) -> dict[tuple, tuple[Candidate, list[CudaPlan]]]:
+                      ) -> dict[tuple, tuple[Candidate, list[Traversal]]]:
     """Per (distribution, block, grain): a representative base point and the realized
-    plans of its bases (root order x traversal) that the geometry checks admit."""
+    traversal fields (root order, group rows, group columns) of its bases that the
+    geometry checks admit."""
     rank = root_rank(info.fn)
-    groups: dict[tuple, tuple[Candidate, list[CudaPlan]]] = {}
+    groups: dict[tuple, tuple[Candidate, list[Traversal]]] = {}
     for i in range(space.bases):
         base = space.base(i)
         b = base.binding
         if rank is not None and sorted(b.root_axis_order) != list(range(rank)):
             continue  # the planner's semantic check of the order
-        first = next(info.expand(base), None)
-        if first is None:
+        if not info.offered(base) or not info.expansion_count(base):
             continue
-        plan = info.realize(first)
-        if _refused(lambda p=plan: info.traversal_refusal(p)):
+        fields = info.traversal_fields(b)
+        if _refused(lambda f=fields: info.fields_refusal(*f)):
             continue
         got = groups.setdefault((base.distribution, b.block_size, b.task_grain), (base, []))
-        got[1].append(plan)
+        got[1].append(fields)
     return groups
 
 
@@ -80,6 +82,7 @@ def lower_bound(info: CudaTargetInfo, policy: CostPolicy, space: Space) -> float
         return None
     lowest: float | None = None
     for base, traversals in _traversal_groups(info, space).values():
+        least: dict[int, tuple[float, ...]] = {}
         for c in info.expand(base):
             plan = info.realize(c)
             if _refused(lambda p=plan: info.launch_refusal(p)) or _refused(
@@ -87,8 +90,11 @@ def lower_bound(info: CudaTargetInfo, policy: CostPolicy, space: Space) -> float
                 continue
             launch = info.launch_schedule(plan)
             slots = info.wave_slots(launch)
-            shares = tuple(min(info.dram_fraction(i, t, slots) for t in traversals)
-                           for i in range(len(info.phase_facts)))
+            shares = least.get(slots)
+            if shares is None:  # launch configurations of one residency share it
+                shares = least[slots] = tuple(
+                    min(info.dram_fraction(i, t, slots) for t in traversals)
+                    for i in range(len(info.phase_facts)))
             value = floor(with_shares(launch, shares))
             if value is None:
                 return None

@@ -332,6 +332,16 @@ class CudaTargetInfo:
             got = self._memo[("plan", key)] = self._realize(candidate)
         return got
 
+    def traversal_fields(self, b: Binding) -> tuple[tuple[int, ...] | None, int, int]:
+        """The realized plan's root_axis_order, group_rows and group_columns for a binding
+        (as `realize` sets them: a fixed control wins)."""
+        canonical = tuple(range(len(b.root_axis_order)))
+        got = {"root_axis_order": None if b.root_axis_order == canonical
+               else b.root_axis_order, "group_rows": b.traversal[0],
+               "group_columns": b.traversal[1]}
+        got.update((k, v) for k, v in self._fixed.items() if k in got)
+        return got["root_axis_order"], got["group_rows"], got["group_columns"]
+
     def _realize(self, candidate: Candidate) -> CudaPlan:
         b = candidate.binding
         canonical = tuple(range(len(b.root_axis_order)))
@@ -374,12 +384,15 @@ class CudaTargetInfo:
 
     def traversal_refusal(self, plan: CudaPlan) -> Admission | None:
         """The validation of the plan's root order and traversal (memoized)."""
-        key = ("accepts-traversal", (plan.root_axis_order, plan.group_rows,
-                                     plan.group_columns))
+        return self.fields_refusal(plan.root_axis_order, plan.group_rows, plan.group_columns)
+
+    def fields_refusal(self, order: tuple[int, ...] | None, rows: int, columns: int
+                       ) -> Admission | None:
+        """`traversal_refusal` of a plan with these traversal fields."""
+        key = ("accepts-traversal", (order, rows, columns))
         if key not in self._memo:
-            self._memo[key] = self._accepts(CudaPlan(root_axis_order=plan.root_axis_order,
-                                                     group_rows=plan.group_rows,
-                                                     group_columns=plan.group_columns))
+            self._memo[key] = self._accepts(CudaPlan(root_axis_order=order, group_rows=rows,
+                                                     group_columns=columns))
         return self._memo[key]
 
     def _accepts(self, plan: CudaPlan) -> Admission | None:
@@ -445,7 +458,8 @@ class CudaTargetInfo:
         p = self.realize(candidate)
         base = self.launch_schedule(p)
         slots = self.wave_slots(base)
-        fracs = tuple(self.dram_fraction(i, p, slots) for i in range(len(self.phase_facts)))
+        fracs = tuple(self.dram_fraction(i, (p.root_axis_order, p.group_rows, p.group_columns),
+                                         slots) for i in range(len(self.phase_facts)))
         key = ("schedule-traversal", self._launch_key(p), fracs)
         got = self._memo.get(key)
         if got is None:
@@ -500,18 +514,21 @@ class CudaTargetInfo:
                 out.append(entry)
         return tuple(out)
 
-    def dram_fraction(self, phase: int, p: CudaPlan, slots: int) -> float:
+    def dram_fraction(self, phase: int, traversal: tuple[tuple[int, ...] | None, int, int],
+                      slots: int) -> float:
         """For `mma` phases on a 2-D program grid: the share of operand traffic one wave
         fetches from DRAM, (distinct rows + distinct columns) / (2 x programs in the wave),
-        assuming the rest hits L2."""
+        assuming the rest hits L2. `traversal`: the plan's root_axis_order, group_rows and
+        group_columns."""
         op, tiles, _, _ = self.phase_facts[phase]
         domain = [e for _, e in op.attrs["domain"]]
         if len(domain) < 2 or not tiles:
             return 1.0
-        order = p.root_axis_order or tuple(range(len(domain)))
+        root_order, group_rows, group_columns = traversal
+        order = root_order or tuple(range(len(domain)))
         rows, cols = domain[order[-2]], domain[order[-1]]
         wave = max(1, min(slots, rows * cols))
-        r, c = wave_footprint(rows, cols, p.group_rows, p.group_columns, wave)
+        r, c = wave_footprint(rows, cols, group_rows, group_columns, wave)
         return min(1.0, (r + c) / (2.0 * wave))
 
     def describe_schedule(self, candidate: Candidate) -> list[str]:
