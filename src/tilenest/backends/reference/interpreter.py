@@ -47,6 +47,11 @@ class Interpreter:
         self.overrides: dict[Op, Override] = {}
         # Per-op analyses computed once per run (for example closed reduction states).
         self.memo: dict[tuple[str, Op], Any] = {}
+        # A sampled run (`run_function(instances=...)`): the root `parallel` whose instances
+        # are sampled, how many, and per argument the elements its stores wrote.
+        self.sampled: Op | None = None
+        self.sample_size = 0
+        self.written: dict[str, np.ndarray] | None = None
 
     def run_region(self, region: Region, args: Sequence[Any]) -> list[Any]:
         """Bind the region's arguments, run its ops, return the values of its `yield`."""
@@ -85,13 +90,20 @@ def run_function(
     order: str = "forward",
     seed: int = 0,
     check_races: bool = False,
-) -> None:
+    instances: int | None = None,
+) -> dict[str, np.ndarray] | None:
     """Interpret `fn` on `args` (numpy arrays or torch CPU tensors, by parameter name).
 
     Results are written in place into the arguments. `precision="float64"` is the oracle;
     `order` permutes `parallel` instances (and regroups closed `unordered_tree` reductions
     under "shuffle", from `seed`); `check_races` raises `RaceError` on a broken parallel
     independence contract.
+
+    `instances=k` (internal: the tuner's check of large problems) runs at most k instances
+    of the last root `parallel` — its corner instances, evenly spaced ones and ones drawn
+    from `seed` — and everything before it in full. Instances are independent by contract
+    (DESIGN §4.1), so the elements they store are exactly what a full run stores there; the
+    result maps each argument to the mask of elements the run stored (compare only those).
     """
     if precision not in PRECISIONS:
         raise ArgumentError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -102,5 +114,13 @@ def run_function(
     interp = Interpreter(Numerics(precision), order, np.random.default_rng(seed), races)
     for param in fn.params:
         interp.env[param.value] = tensors[param.name]
+    if instances is not None:
+        if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
+            raise ArgumentError(f"instances must be a positive int, got {instances!r}")
+        roots = [op for op in fn.body.ops if op.name == "parallel"]
+        interp.sampled = roots[-1] if roots else None
+        interp.sample_size = instances
+        interp.written = {name: np.zeros(t.shape, bool) for name, t in tensors.items()}
     with np.errstate(all="ignore"):
         interp.run_region(fn.body, [])
+    return interp.written

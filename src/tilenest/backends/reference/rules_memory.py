@@ -51,4 +51,6 @@ def _store(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
         ctx.races.on_store(op, tensor, box)
     values = ctx.num.to_storage(tile[box.tile_index], tensor.dtype, tensor.bf16_bits)
     tensor.array[box.tensor_index] = values
+    if ctx.written is not None:
+        ctx.written[tensor.name][box.tensor_index] = True
     return []

@@ -8,6 +8,7 @@ old ones simultaneously.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,6 +38,21 @@ def lexicographic(extents: tuple[int, ...]) -> list[tuple[int, ...]]:
     return list(itertools.product(*(range(e) for e in extents)))
 
 
+def sample_instances(extents: tuple[int, ...], k: int, rng: np.random.Generator) -> list[int]:
+    """At most k ordinals of the domain (k < its size): the corners (first and last along
+    every axis: where ragged edges and masks are), evenly spaced ordinals, then random ones."""
+    n = math.prod(extents)
+    chosen: dict[int, None] = {}
+    for corner in itertools.product(*({0, e - 1} for e in extents)):
+        chosen[int(np.ravel_multi_index(corner, extents))] = None
+    for i in np.linspace(0, n - 1, num=max(1, k // 2), dtype=np.int64):
+        chosen[int(i)] = None
+    rest = [i for i in rng.permutation(n).tolist() if i not in chosen]
+    for i in rest[:max(0, k - len(chosen))]:
+        chosen[i] = None
+    return sorted(list(chosen)[:k])  # corners first, then the spaced ones, then random
+
+
 @register_eval("parallel")
 def _parallel(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     """Independent instances, run one at a time in the order the run asks for."""
@@ -47,6 +63,9 @@ def _parallel(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
         ordinals.reverse()
     elif ctx.order == "shuffle":
         ordinals = [int(i) for i in ctx.rng.permutation(len(coords))]
+    if op is ctx.sampled and len(coords) > ctx.sample_size:
+        chosen = set(sample_instances(extents, ctx.sample_size, ctx.rng))
+        ordinals = [i for i in ordinals if i in chosen]
     races = ctx.races
     if races is not None:
         races.enter(op, extents)
