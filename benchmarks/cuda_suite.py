@@ -40,6 +40,7 @@ from tilenest.backends.cuda.plan import CudaPlan  # noqa: E402
 from tilenest.numerics import NumericalPolicy  # noqa: E402
 
 TF32 = NumericalPolicy(allow_tf32=True)
+TUNE: dict[str, int] = {"budget": 0}  # --tune N: tune each case's kernel with budget N
 TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2, "tf32": 2e-3}
 DT = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 
@@ -151,6 +152,7 @@ class Case:
         self.contenders: dict[str, tuple[Callable[[int], Any], Callable[[], torch.Tensor]]] = {}
         self.check: Callable[[torch.Tensor, int], float] = lambda out, i: math.nan
         self.tol = 1e-2
+        self.tuning: dict[str, Any] | None = None  # --tune: what tuning the kernel cost
 
 
 def _safe(label: str, fn: Callable[[], Any], log: list[str]) -> Any:
@@ -173,7 +175,24 @@ def _plain_call(case: Case, spec: Spec, args: Callable[[int, torch.Tensor], list
     if ck is None:
         return
     chosen = " ".join(f"{k}{v}" for k, v in ck.constants.items() if k in kern.tunables)
-    case.contenders[f"tilenest plain call ({chosen})"] = (
+    if not TUNE["budget"]:
+        case.contenders[f"tilenest plain call ({chosen})"] = (
+            lambda i: kern(*args(i, out), **opts), lambda: out)
+        return
+    # --tune: the model's pick stays what it compiled to before tuning; after `k.tune` the
+    # plain call uses the database's winner (TILENEST_TUNE=cached).
+    case.contenders[f"tilenest model pick ({chosen})"] = (lambda i: ck(*args(i, out)),
+                                                          lambda: out)
+    result = _safe(f"{case.name} tilenest tune", lambda: kern.tune(
+        *args(0, out), budget=TUNE["budget"], target="cuda", progress=False, **opts), log)
+    if result is None:
+        return
+    case.tuning = {"seconds": result.elapsed_s, "measurements": result.measurements,
+                   "reference_s": result.reference_s, "winner": result.winner.label(),
+                   "failed": len(result.failures())}
+    print(f"  tuned in {result.elapsed_s:.1f} s ({result.measurements} measurements, "
+          f"reference {result.reference_s:.1f} s): {result.winner.label()}", flush=True)
+    case.contenders[f"tilenest tuned ({result.winner.label()})"] = (
         lambda i: kern(*args(i, out), **opts), lambda: out)
 
 
@@ -519,8 +538,15 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             return fmt.format(v) if isinstance(v, (int, float)) else ""
         out.append(f"| {r['case']} | {r['contender']} | {f('median_ms')} | {f('batch_ms')} | "
                    f"{f('tflops', '{:.1f}')} | {f('gbps', '{:.0f}')} | {f('rel_error', '{:.2e}')}"
-                   f" | {r.get('note', '')} |")
+                   f" | {_note(r)} |")
     return "\n".join(out) + "\n"
+
+
+def _note(r: dict[str, Any]) -> str:
+    t = r.get("tuning")
+    tuned = (f"tuned in {t['seconds']:.1f} s, {t['measurements']} measurements, "
+             f"{t['failed']} failed" if t else "")
+    return "; ".join(x for x in (r.get("note", ""), tuned) if x)
 
 
 def _selected(only: str | None) -> list[Spec]:
@@ -556,7 +582,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="print the cases and exit")
     p.add_argument("--plan-only", action="store_true",
                    help="plan every case's plain call (no GPU needed, nothing launched)")
+    p.add_argument("--tune", type=int, default=0, metavar="BUDGET",
+                   help="tune each case's kernel (k.tune, this many measurements) and time "
+                        "the model's pick and the tuned plain call side by side")
     a = p.parse_args(argv)
+    TUNE["budget"] = a.tune
     specs = _selected(a.only)
     if a.list:
         for spec in specs:
@@ -578,7 +608,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         case = BUILDERS[spec.family](spec, log)
         print(f"== {case.name}", flush=True)
-        rows += run_case(case, timer, log)
+        got = run_case(case, timer, log)
+        for row in got:
+            if case.tuning is not None and "tuned" in row["contender"]:
+                row["tuning"] = case.tuning
+        rows += got
         del case
         torch.cuda.empty_cache()
     import triton
