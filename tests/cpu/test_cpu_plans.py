@@ -62,6 +62,7 @@ def _variants(rank: int) -> dict[str, list[dict[str, Any]]]:
                                 for v in (1, 2, 3)],
         "nontemporal_stores": [{"nontemporal_stores": v} for v in (False, True)],
         "math_interleave": [{"math_interleave": v} for v in (1, 2, 8)],
+        "fuse_reductions": [{"fuse_reductions": v} for v in (True, False)],
         "num_threads": [{"num_threads": n} for n in (1, 0)],
         # Grouped rectangles need two root axes; partial final rectangles included.
         "program_traversal": ([{"program_traversal": t} for t in ((2, 2), (3, 1), (1, 1))]
