@@ -158,3 +158,33 @@ def test_packet_local_work_does_not_depend_on_the_root_order() -> None:
     rows = extract_work(fn, (0, 1), "packet-local", W).phases
     cols = extract_work(fn, (1, 0), "packet-local", W).phases
     assert rows == cols  # what the planner's work cache relies on
+
+
+def test_the_search_pauses_the_collector_and_restores_it() -> None:
+    """The tunable search runs with the cyclic collector off and leaves it as it found it
+    (on, or off when the caller had turned it off), also when planning raises."""
+    import gc
+
+    from tilenest.plan.tunables import search_tunables
+
+    seen: list[bool] = []
+
+    class _Plan:
+        def __init__(self) -> None:
+            seen.append(gc.isenabled())
+
+        @property
+        def result(self):  # noqa: ANN202 - the search only asks for `.result`
+            raise RuntimeError("planner failure")
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError, match="planner failure"):
+        search_tunables({"X": (1, 2)}, {}, lambda a: _Plan())
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        with pytest.raises(RuntimeError):
+            search_tunables({"X": (1, 2)}, {}, lambda a: _Plan())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -69,9 +69,11 @@ def pipelined_smem_bytes(fn: Function, plan: object) -> int:
     return stages * smem_per_stage(fn, getattr(plan, "min_dot_extent", 16))
 
 
-def smem_per_stage(fn: Function, min_dot: int) -> int:
-    """Padded bytes one pipeline stage buffers: the largest over loops without stores."""
-    layout = BlockLayout(fn, min_dot)
+def smem_per_stage(fn: Function, min_dot: int, layout: BlockLayout | None = None) -> int:
+    """Padded bytes one pipeline stage buffers: the largest over loops without stores
+    (`layout`: the function's BlockLayout at `min_dot`, when the caller has it)."""
+    layout = layout if layout is not None and layout.min_dot == min_dot else \
+        BlockLayout(fn, min_dot)
     worst = 0
     for op in fn.walk():
         if op.name not in ("serial", "pipeline") or loop_has_store(op):

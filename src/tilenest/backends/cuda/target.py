@@ -112,6 +112,8 @@ def _has_loop_loads(fn: Function) -> bool:
 
 
 SPLITS = (2, 4, 8, 16)
+_REALIZED: dict[tuple, CudaPlan] = {}  # CudaTargetInfo._realize, across functions
+_REALIZED_MAX = 8192
 
 
 class CudaTargetInfo:
@@ -141,7 +143,7 @@ class CudaTargetInfo:
         self.has_loop_loads = _has_loop_loads(fn)
         self.loops = sum(1 for op in fn.walk() if op.name in ("serial", "pipeline"))
         layout = BlockLayout(fn, self.default.min_dot_extent)
-        self.smem_per_stage = smem_per_stage(fn, self.default.min_dot_extent)
+        self.smem_per_stage = smem_per_stage(fn, self.default.min_dot_extent, layout)
         tiles = [(op, dot_tiles(op, layout, allow_tf32)) for op in root_parallels(fn)]
         self.tensor_core = any(t.kind in TENSOR_CORE_KINDS for _, ts in tiles for t in ts)
         self.phase_facts = [(op, ts, register_demand(op, layout, self.tensor_core),
@@ -151,6 +153,14 @@ class CudaTargetInfo:
         # The fixed controls a realized plan takes as they are (the traversal is the
         # planner's `program_traversal`, split into group_rows/group_columns).
         self._fixed = {k: v for k, v in self.constraints.items() if k != "program_traversal"}
+        # What a realized plan depends on besides the candidate (None: unhashable controls,
+        # realized without the shared cache).
+        self._realize_key: tuple | None = (allow_tf32, allow_fma, allow_regrouping,
+                                           tuple(sorted(self._fixed.items())))
+        try:
+            hash(self._realize_key)
+        except TypeError:
+            self._realize_key = None
         self._expansion: list[tuple[int, int, int, tuple]] | None = None
         self._memo: dict[tuple, Any] = {}
 
@@ -343,6 +353,22 @@ class CudaTargetInfo:
         return got["root_axis_order"], got["group_rows"], got["group_columns"]
 
     def _realize(self, candidate: Candidate) -> CudaPlan:
+        """The plan of a candidate; plans are values of the candidate's fields, the fixed
+        controls and the policy flags, shared by every function planned (`_REALIZED`)."""
+        if self._realize_key is None:
+            return self._build_plan(candidate)
+        b, s = candidate.binding, candidate.schedule
+        key = (b.root_axis_order, b.traversal, b.warps, b.block_size,
+               candidate.distribution.kind, s.stages, s.split_k,
+               candidate.resources.operand_layouts, self._realize_key)
+        got = _REALIZED.get(key)
+        if got is None:
+            if len(_REALIZED) >= _REALIZED_MAX:
+                _REALIZED.clear()
+            got = _REALIZED[key] = self._build_plan(candidate)
+        return got
+
+    def _build_plan(self, candidate: Candidate) -> CudaPlan:
         b = candidate.binding
         canonical = tuple(range(len(b.root_axis_order)))
         hows = {how for _, how in candidate.resources.operand_layouts}
@@ -425,7 +451,21 @@ class CudaTargetInfo:
         return self.plan_resources(self.realize(candidate))
 
     def plan_resources(self, p: CudaPlan) -> ExecutionResources:
-        """`resources` of a realized plan (it depends on the launch fields only)."""
+        """`resources` of a realized plan (it depends on the launch fields only: memoized
+        per launch configuration; a refusal is raised anew each time)."""
+        key = ("resources", self._launch_key(p))
+        got = self._memo.get(key)
+        if got is None:
+            try:
+                got = self._plan_resources(p)
+            except Admission as a:
+                got = a
+            self._memo[key] = got
+        if isinstance(got, Admission):
+            raise Admission(got.category, got.constraint, got.reason, got.region)
+        return got
+
+    def _plan_resources(self, p: CudaPlan) -> ExecutionResources:
         smem = self.smem_per_stage * p.num_stages if p.num_stages > 1 else 0
         if smem > self.gpu.smem_per_block:
             raise Admission(RejectionCategory.RESOURCE, "num_stages",
