@@ -204,3 +204,28 @@ def test_hostile_profile_in_the_directory_fails_selection(tmp_path: Path) -> Non
     _write(tmp_path, {**GOOD, "coefficients": {"block": -3}})
     with pytest.raises(ProfileError):
         calibrated_coefficients("cpu", "d", tmp_path)
+
+
+def test_cuda_fit_recovers_scaled_rates() -> None:
+    pytest.importorskip("torch")
+    truth = {"rate_f32": 20e12, "launch_s": 1e-5, "step_s": 1e-7}
+    ex = EXAMPLES["gemm"]
+    tunables = ex.kernel.tunables
+    data = []
+    for shape in ({"M": 512, "N": 512, "K": 512}, {"M": 64, "N": 2048, "K": 1024},
+                  {"M": 2048, "N": 256, "K": 128}):
+        args = empty_args(ex, shape, "f32", lib="torch")
+        tensors, consts, key = ex.kernel._bind(tuple(args), dict(ex.consts))
+        for values in list(itertools.product(*(t.values for t in tunables.values())))[:4]:
+            assignment = dict(zip(tunables, values, strict=True))
+            fn = ex.kernel._function(tensors, key[0], {**_with_defaults(consts), **assignment})
+            result, info = planner("cuda")(fn, {})
+            for s in result.candidates[:3]:
+                pw = decode(features_of(s.candidate, scheduled_work(fn, info, s.candidate)))
+                data.append(cal.Point(str(shape), "gemm", str(shape), f"{assignment}{s.rank}",
+                                      GpuCostPolicy(**truth).evaluate(*pw).total, pw))
+    got = cal.fit(data, "cuda", policy_cls=GpuCostPolicy, params=sorted(truth), ridge=0.0)
+    for name, value in truth.items():
+        assert got.coefficients[name] == pytest.approx(value, rel=1e-3), name
+    assert got.scale == pytest.approx(1.0, rel=1e-3)
+    assert cal.evaluate(got.policy(), data)["max_regret"] == 0.0

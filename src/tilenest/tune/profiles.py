@@ -63,8 +63,10 @@ def device_identity(target: str, device: str) -> str:
     return _THREADS.sub("", device) if target == "cpu" else device.strip()
 
 
+@functools.cache
 def current_device(target: str) -> str:
-    """The identity of this process's device for `target` (as its TuneKeys name it)."""
+    """The identity of this process's device for `target` (as its TuneKeys name it; once
+    per process: a backend asks at every planning)."""
     from tilenest.tune.key import target_facts
 
     return device_identity(target, target_facts(target)[0])
