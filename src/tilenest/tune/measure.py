@@ -151,6 +151,9 @@ def time_interleaved(rotations: Mapping[Hashable, Rotation], timing: Timing,
 # ------------------------------------------------------------------------------ cuda timing
 
 
+FLUSH_BYTES = 512 << 20
+
+
 def l2_bytes() -> int:
     """The current GPU's L2 size (torch's device properties), 50 MiB where unknown."""
     import torch
@@ -168,7 +171,10 @@ class CudaTimer:
         import torch
 
         self.torch = torch
-        size = flush_bytes if flush_bytes is not None else max(64 << 20, 2 * l2_bytes())
+        # Zeroing the flush buffer must outlast the host's enqueue of the timed call, or the
+        # events time the host path: on the H200 100 MiB (~35 us) did not (512^3 GEMM: 53 us
+        # timed for a 7 us kernel), 512 MiB (~170 us) does.
+        size = flush_bytes if flush_bytes is not None else max(FLUSH_BYTES, 2 * l2_bytes())
         self.flush = torch.empty(size // 4, dtype=torch.int32, device="cuda")
 
     def events(self, fn: Call, reps: int) -> list[float]:
@@ -187,15 +193,16 @@ class CudaTimer:
         return [s.elapsed_time(e) * 1e-3 for s, e in pairs]
 
     def device_ms(self, fn: Callable[[int], Any], sets: int, reps: int = 30,
-                  warmup: int = 3) -> dict[str, float]:
-        """Median, least and largest milliseconds of `reps` flushed calls of `fn(set)`."""
+                  warmup: int = 3) -> dict[str, Any]:
+        """Median, least and largest milliseconds of `reps` flushed calls of `fn(set)`, and
+        the samples themselves (`samples_ms`)."""
         for i in range(max(warmup, sets)):
             fn(i % sets)
         self.torch.cuda.synchronize()
         counter = iter(range(reps))
         samples = [s * 1e3 for s in self.events(lambda: fn(next(counter) % sets), reps)]
         return {"median_ms": statistics.median(samples), "min_ms": min(samples),
-                "max_ms": max(samples), "samples": float(len(samples))}
+                "max_ms": max(samples), "samples": float(len(samples)), "samples_ms": samples}
 
     def batch_ms(self, fn: Callable[[int], Any], sets: int, calls: int = 50) -> float:
         """Milliseconds per call of `calls` back-to-back calls (host overhead included)."""
