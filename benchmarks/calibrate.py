@@ -163,6 +163,23 @@ def collect(target: str, quick: bool, db_path: Path, budget: int) -> dict[str, A
             "budget": budget}
 
 
+def noise(samples: list[Any]) -> dict[str, Any]:
+    """How repeatable the timings are: each winner's solo remeasure over its interleaved
+    median (the same candidate measured twice), and the spread of one sample's timings."""
+    by: dict[tuple[str, str], dict[str, Any]] = {}
+    for s in samples:
+        if s.status == "ok" and s.median:
+            slot = by.setdefault((s.digest, s.candidate.to_json()), {})
+            slot["again" if s.role == "winner-remeasure" else "first"] = s.median
+    ratios = [v["again"] / v["first"] for v in by.values() if "again" in v and "first" in v]
+    spreads = [max(s.seconds) / min(s.seconds) for s in samples
+               if s.status == "ok" and len(s.seconds) > 1 and min(s.seconds) > 0]
+    return {"remeasure_ratios": ratios,
+            "remeasure_ratio_median": statistics.median(ratios) if ratios else None,
+            "remeasure_ratio_range": [min(ratios), max(ratios)] if ratios else None,
+            "sample_max_over_min_median": statistics.median(spreads) if spreads else None}
+
+
 def _policy_cls(target: str) -> Any:
     if target == "cpu":
         from tilenest.backends.cpu.cost import CpuCostPolicy
@@ -219,7 +236,7 @@ def fit_and_report(target: str, db_path: Path, profiles_dir: Path | None,
                 "prior_train_rms_log_error": full.prior_rms_log_error,
                 "status": full.status, "seconds": fit_s, "anchor": anchor},
         "held_out_shapes": shapes, "leave_one_family_out": families, "variant": variant,
-        "collect": collected,
+        "collect": collected, "noise": noise(samples),
     }
     RESULTS.mkdir(exist_ok=True)
     base = RESULTS / f"calibration-{target}-{stamp}"
@@ -290,6 +307,15 @@ def markdown(report: dict[str, Any]) -> str:
     for p, c in zip(shapes["prior"]["rows"], shapes["calibrated"]["rows"], strict=True):
         out.append(f"| {p['family']} | `{p['shape'][:70]}` | {p['candidates']} | "
                    f"{_fmt(p['regret'])} | {_fmt(c['regret'])} |")
+    nz = report.get("noise") or {}
+    if nz.get("remeasure_ratio_range"):
+        lo, hi = nz["remeasure_ratio_range"]
+        out += ["", "## Timing noise", "",
+                f"The winner of each key, remeasured alone, over its interleaved median: "
+                f"median {nz['remeasure_ratio_median']:.3f}, range {lo:.3f} to {hi:.3f} "
+                f"({len(nz['remeasure_ratios'])} keys); one sample's slowest over fastest "
+                f"timing: median {nz['sample_max_over_min_median']:.2f}x. Differences "
+                f"between candidates smaller than that are not resolved by these samples."]
     out += ["", "## The fit (all samples; training error, for reference only)", "",
             f"scale {fit['scale']:.4g} s per unit; training rms log error "
             f"{fit['train_rms_log_error']:.3f} (prior with its best scale: "
