@@ -187,3 +187,21 @@ def test_tuner_stores_features_that_price_as_predicted(monkeypatch: pytest.Monke
     for s in samples:
         assert s.features is not None, s.role
         assert evaluate_with(policy, s.features).total == s.predicted
+
+
+def test_an_export_without_features_still_imports(tmp_path: Path) -> None:
+    db = TuningDB(tmp_path / "a" / "t.sqlite3")
+    db.add_sample(_key(), TuneCandidate.of("cpu", {"ROWS": 1}, CpuPlan()), status="ok",
+                  seconds=[1e-3], features={"format": 1})
+    db.export(tmp_path / "x.json")
+    doc = json.loads((tmp_path / "x.json").read_text())
+    for sample in doc["samples"]:
+        del sample["features"]  # as an export made before the column
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    other = TuningDB(tmp_path / "b" / "t.sqlite3")
+    assert other.import_(tmp_path / "old.json") == 1
+    assert [s.features for s in other.samples()] == [None]
+    doc["samples"][0]["features"] = {"x": "not a number", "nested": [1e400]}
+    (tmp_path / "bad.json").write_text(json.dumps(doc).replace("1e+400", "Infinity"))
+    with pytest.raises(TuneError):
+        TuningDB(tmp_path / "c" / "t.sqlite3").import_(tmp_path / "bad.json")
