@@ -8,11 +8,15 @@ captured function, no plan cached), with the backend modules already imported; t
 repeat also pays the kernel's one-time source rewrite and the first read of its source file.
 Code generation is not timed, nor is importing torch (a cuda call's tensors are torch
 tensors, so torch is imported before it plans; the line says how long the import took).
+The search pauses Python's cyclic collector while it runs (plan/tunables.py); what it
+leaves to collect is collected after the timed call, outside the numbers.
 Wall and process CPU time are printed with the load average:
 on a shared machine CPU time is the steadier number. The cuda line plans for the static
 H200 description when the cuda backend imports here. A second line per target splits one
 more cold search into its captures, bound-only planner runs (level 1: the cost policy's
-bound; level 2: the geometry-admitted minimum) and full planner runs.
+bound, on cuda the target's floor over its launch configurations; level 2: the
+geometry-admitted minimum) and full planner runs. `PLANNER_SPEED_REPEATS` sets the repeats
+(default 5).
 
     PYTHONPATH=. .venv/bin/python benchmarks/planner_speed.py
 """
