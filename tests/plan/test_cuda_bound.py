@@ -44,6 +44,23 @@ def rows_scale(X, Y, *, ROWS=tn.tunable(1, 4, 16)):
         Y.tile((r0, 0), (r, c)).store(X.tile((r0, 0), (r, c)).load() * 3.0)
 
 
+@tn.kernel
+def two_phases(A, B, C, D, *, BM=tn.tunable(32, 64), BN=tn.tunable(32, 64)):
+    """Two root parallels (two phases), each with its own `mma` and DRAM share."""
+    M, K = A.shape
+    N = B.shape[1]
+    gm, gn = tn.axis("gm", tn.cdiv(M, BM)), tn.axis("gn", tn.cdiv(N, BN))
+    m, n, k = tn.axis("m", BM), tn.axis("n", BN), tn.axis("k", K)
+    for nest in tn.parallel(gm, gn):
+        m0, n0 = nest.index(gm) * BM, nest.index(gn) * BN
+        acc = tn.mma(A.tile((m0, 0), (m, k)).load(), B.tile((0, n0), (k, n)).load(),
+                     tn.zeros((m, n), tn.f32))
+        C.tile((m0, n0), (m, n)).store(acc)
+    for nest in tn.parallel(gm, gn):
+        m0, n0 = nest.index(gm) * BM, nest.index(gn) * BN
+        D.tile((m0, n0), (m, n)).store(C.tile((m0, n0), (m, n)).load() * 2.0)
+
+
 def _gemm(m: int, n: int, k: int, dtype: str = "f32"):
     import torch
 
@@ -68,6 +85,8 @@ CASES = [  # (kernel, args thunk, constants, options)
     (tiled_gemm, lambda: _gemm(256, 256, 256), {"BM": 64, "BN": 64, "BK": 64},
      {"constraints": {"num_warps": 8, "root_axis_order": (1, 0)}}),
     (rows_scale, lambda: _rows(1000, 300), {"ROWS": 4}, {}),
+    (two_phases, lambda: (*_gemm(300, 200, 64), _gemm(300, 200, 64)[2]), {"BM": 64, "BN": 32},
+     {}),
     (rows_scale, lambda: _rows(8, 8192), {"ROWS": 1}, {}),
 ]
 

@@ -66,6 +66,15 @@ def _traversal_groups(info: CudaTargetInfo, space: Space
     return groups
 
 
+def _realized(info: CudaTargetInfo, c: Candidate) -> CudaPlan | None:
+    """The candidate's plan, or None where realizing it fails (the planner's geometry hook
+    realizes it, so a failure there rejects)."""
+    try:
+        return info.realize(c)
+    except Exception:  # noqa: BLE001 - as `_refused`: a failing check rejects
+        return None
+
+
 def _resource_refusal(info: CudaTargetInfo, c: Candidate, plan: CudaPlan) -> Admission | None:
     """The planner's resource step: the demand (raises `Admission` over the device's
     limits) and the backend budget."""
@@ -84,8 +93,8 @@ def lower_bound(info: CudaTargetInfo, policy: CostPolicy, space: Space) -> float
     for base, traversals in _traversal_groups(info, space).values():
         least: dict[int, tuple[float, ...]] = {}
         for c in info.expand(base):
-            plan = info.realize(c)
-            if _refused(lambda p=plan: info.launch_refusal(p)) or _refused(
+            plan = _realized(info, c)  # realized inside the planner's geometry hook too
+            if plan is None or _refused(lambda p=plan: info.launch_refusal(p)) or _refused(
                     lambda p=plan, c=c: _resource_refusal(info, c, p)):
                 continue
             launch = info.launch_schedule(plan)
