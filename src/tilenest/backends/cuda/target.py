@@ -116,6 +116,12 @@ _REALIZED: dict[tuple, CudaPlan] = {}  # CudaTargetInfo._realize, across functio
 _REALIZED_MAX = 8192
 
 
+def _fresh(refusal: Admission) -> Admission:
+    """A new `Admission` like a memoized one: raising the memoized instance itself would
+    chain a traceback onto it per raise, and its frames would hold it in a cycle."""
+    return Admission(refusal.category, refusal.constraint, refusal.reason, refusal.region)
+
+
 class CudaTargetInfo:
     """The GPU as the planner sees it for one function: the common space (root-axis orders
     x grouped traversals) expanded by warps, pipeline stages, split-K (under a policy that
@@ -397,7 +403,7 @@ class CudaTargetInfo:
         # memoized: the expensive checks (operand layouts, split site) run once per choice.
         for refused in (self.launch_refusal(plan), self.traversal_refusal(plan)):
             if refused is not None:
-                raise refused
+                raise _fresh(refused)
 
     def launch_refusal(self, plan: CudaPlan) -> Admission | None:
         """The validation of the plan's fields other than its traversal (memoized)."""
@@ -459,10 +465,10 @@ class CudaTargetInfo:
             try:
                 got = self._plan_resources(p)
             except Admission as a:
-                got = a
+                got = _fresh(a)  # kept without its traceback (no frame cycle)
             self._memo[key] = got
         if isinstance(got, Admission):
-            raise Admission(got.category, got.constraint, got.reason, got.region)
+            raise _fresh(got)
         return got
 
     def _plan_resources(self, p: CudaPlan) -> ExecutionResources:
