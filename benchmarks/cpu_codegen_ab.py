@@ -63,6 +63,7 @@ def measure(kernel: str, m: int, n: int, rev: str, folder: Path) -> dict[str, An
 
     from tilenest.backends.cpu import vecmath
     from tilenest.backends.cpu.rules import TABLE
+    from tilenest.lang.kernel import Kernel
 
     after_reduce, after_math = TABLE.rules["reduce"], vecmath.math_function
     old = _old_modules(rev, folder)  # executing the old rules registers its reduce rule
@@ -84,7 +85,10 @@ def measure(kernel: str, m: int, n: int, rev: str, folder: Path) -> dict[str, An
             vecmath.math_function = old["vecmath"].math_function if tag == "before" \
                 else after_math
             TABLE.rules["reduce"] = before_reduce if tag == "before" else after_reduce
-            ck = ex.kernel.compile(*sets[0], target="cpu", constraints=fixed, **tunables)
+            # A fresh Kernel per side: a Kernel keeps its compiled objects per options, so
+            # the same options on one Kernel would return the first side's build.
+            ck = Kernel(ex.kernel.fn).compile(*sets[0], target="cpu", constraints=fixed,
+                                              **tunables)
             ck(*sets[0])
             outputs[tag] = sets[0][-1].tobytes()
             rotations[tag] = Rotation([lambda s=s, ck=ck: ck(*s) for s in sets])

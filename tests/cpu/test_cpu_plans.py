@@ -159,6 +159,7 @@ def _grid_scale(X, Y, *, BR=4, BC=8):
     ({"microkernel_rows": -1}, "microkernel_rows"),
     ({"microkernel_vectors": 5}, "microkernel_vectors"),
     ({"math_interleave": 3}, "math_interleave"),
+    ({"fuse_reductions": 1}, "fuse_reductions"),
 ])
 def test_invalid_plan_raises_naming_the_field(changes: dict[str, Any], field: str) -> None:
     if field == "block_size" and changes.get("local_lanes") == 1 and W == 1:
