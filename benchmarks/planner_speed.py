@@ -8,8 +8,8 @@ captured function, no plan cached), with the backend modules already imported; t
 repeat also pays the kernel's one-time source rewrite and the first read of its source file.
 Code generation is not timed, nor is importing torch (a cuda call's tensors are torch
 tensors, so torch is imported before it plans; the line says how long the import took).
-The search pauses Python's cyclic collector while it runs (plan/tunables.py); what it
-leaves to collect is collected after the timed call, outside the numbers.
+The search pauses Python's cyclic collector while it runs (plan/tunables.py); the
+collection that this defers runs as the search returns, inside the timed call.
 Wall and process CPU time are printed with the load average:
 on a shared machine CPU time is the steadier number. The cuda line plans for the static
 H200 description when the cuda backend imports here. A second line per target splits one
