@@ -113,11 +113,9 @@ def _cuda_versions() -> tuple[str, str]:
 
 
 def _cuda_facts() -> tuple[str, str, str]:
-    from tilenest.backends.cuda.device import device_info, interpreting
+    from tilenest.backends.cuda.device import device_info, gpu_identity, interpreting
 
-    gpu = device_info()
-    major, minor = gpu.compute_capability
-    device = f"{gpu.name} | sm_{major}{minor} | {gpu.sms} SMs"
+    device = gpu_identity(device_info())
     if interpreting():
         device += " | TRITON_INTERPRET"
     return (device, *_cuda_versions())

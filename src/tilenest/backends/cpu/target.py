@@ -56,6 +56,7 @@ from tilenest.plan.records import (
 from tilenest.plan.search import plan, planner_options, require_selection
 from tilenest.plan.target import TargetFacts
 from tilenest.runtime.pool import env_num_threads
+from tilenest.tune.profiles import profile_note
 
 # Seed 004 §4: the reusable CPU info proposes these block widths, in lanes.
 BLOCK_WIDTHS = (32, 64, 128, 256, 512, 1024)
@@ -296,7 +297,11 @@ class CpuTargetInfo:
         return tuple(out)
 
     def cost_policy(self) -> CostPolicy:
-        return CpuCostPolicy(vector_registers=32 if self.vector_bits >= 512 else 16)
+        """The prior, or this device's calibrated profile (tilenest.tune.profiles)."""
+        from tilenest.tune.profiles import calibrated_coefficients
+
+        return CpuCostPolicy(vector_registers=32 if self.vector_bits >= 512 else 16,
+                             **(calibrated_coefficients("cpu") or {}))
 
     def complete(self, fn: Function, candidate: Candidate) -> Candidate:
         """Fill in A (per-mma atoms), Theta and R's representation table (the tables depend
@@ -383,6 +388,7 @@ def prepare(fn: Function, options: dict[str, Any], planned: tuple[Any, Any] | No
     policy = as_policy(options.get("policy"))
     explanation = (
         f"numerical policy: {policy.describe()}\n"
+        f"{profile_note('cpu')}\n"
         f"target cpu ({host.cpu_name}, {host.vector_bits}-bit vectors, packet width "
         f"{info.width} x f32, {info.workers} threads)\nplan: {chosen.describe()}\n"
         f"{info.family_choice.describe()}\n"

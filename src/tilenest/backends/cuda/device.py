@@ -37,6 +37,13 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "") == "1"
 
 
+def gpu_identity(gpu: GpuInfo) -> str:
+    """The device as tuning keys and calibrated profiles name it: name, compute capability and
+    SM count."""
+    major, minor = gpu.compute_capability
+    return f"{gpu.name} | sm_{major}{minor} | {gpu.sms} SMs"
+
+
 def device_info() -> GpuInfo:
     """Facts of the current CUDA device, or the static H200 description without one."""
     try:

@@ -19,7 +19,7 @@ from tilenest.backends.cuda import bound
 from tilenest.backends.cuda.bound import with_shares
 from tilenest.backends.cuda.cost import H200_RATES, GpuCostPolicy
 from tilenest.backends.cuda.device import H200 as H200
-from tilenest.backends.cuda.device import GpuInfo, device_info, interpreting
+from tilenest.backends.cuda.device import GpuInfo, device_info, gpu_identity, interpreting
 from tilenest.backends.cuda.element_grid import BLOCKS as ELEMENT_BLOCKS
 from tilenest.backends.cuda.element_grid import flat_programs, refusal
 from tilenest.backends.cuda.occupancy import recheck, resident, wave_footprint
@@ -74,6 +74,7 @@ from tilenest.plan.records import (
 )
 from tilenest.plan.search import PlanningResult, plan, planner_options, require_selection
 from tilenest.plan.target import TargetFacts
+from tilenest.tune.profiles import profile_note
 
 
 def explain(fn: Function, plan: CudaPlan, info: GpuInfo | None = None,
@@ -600,7 +601,10 @@ class CudaTargetInfo:
     def cost_policy(self) -> CostPolicy:
         rates = {**H200_RATES, "bandwidth": self.gpu.bandwidth,
                  **{f"rate_{k}": v for k, v in self.gpu.dot_rates.items()}}
-        return GpuCostPolicy(rates)
+        from tilenest.tune.profiles import calibrated_coefficients
+
+        return GpuCostPolicy(rates, **(calibrated_coefficients("cuda", gpu_identity(self.gpu))
+                                       or {}))
 
     def _atoms_windows(self) -> tuple[tuple[Atom, ...], tuple[tuple[str, int], ...]]:
         return self._memoized("complete", (), lambda: (
@@ -687,6 +691,7 @@ def prepare(fn: Function, options: dict[str, Any], planned: tuple[Any, Any] | No
     dump("triton", fn.name, "py", exe.fast.lowered.source)
     policy = as_policy(options.get("policy"))
     explanation = (f"numerical policy: {policy.describe()}\n"
+                   f"{profile_note('cuda', gpu_identity(info.gpu))}\n"
                    + explain(fn, chosen, info.gpu, exe.fast.lowered.phases, result, info)
                    + "\n" + split_note(info) + render(result))
     dump("plan", fn.name, "txt", explanation)
