@@ -77,3 +77,18 @@ def test_the_tuner_checks_a_large_problem_on_a_sample(monkeypatch: pytest.Monkey
     assert by_role["default"].status == "mismatch"
     assert all(r.status == "ok" for r in result.rows if r.role != "default")
     assert result.winner != by_role["default"].candidate
+
+
+def test_tf32_policy_widens_the_f32_tolerance_of_mma_kernels_only() -> None:
+    from tilenest.ir.dtypes import f16, f32
+
+    rng = np.random.default_rng(0)
+    a, b, c = (x.astype(np.float32) for x in _gemm(rng, 8, 8, 8))
+    assert tuner.has_f32_mma(GEMM.kernel.ir(a, b, c))
+    assert not tuner.has_f32_mma(GEMM.kernel.ir(*(x.astype(np.float16) for x in (a, b, c))))
+    softmax = EXAMPLES["softmax"]
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    assert not tuner.has_f32_mma(softmax.kernel.ir(x, np.empty_like(x)))
+    assert tuner.tolerance(f32, 4096) == pytest.approx(8e-5)
+    assert tuner.tolerance(f32, 4096, tf32=True) == pytest.approx(2.4e-3)  # measured 7.5e-4
+    assert tuner.tolerance(f16, 4096, tf32=True) == tuner.tolerance(f16, 4096)
