@@ -78,6 +78,15 @@ def test_the_tuner_checks_a_large_problem_on_a_sample(monkeypatch: pytest.Monkey
     assert all(r.status == "ok" for r in result.rows if r.role != "default")
     assert result.winner != by_role["default"].candidate
 
+    # A plain call now compiles the winner; explain() shows what was measured against what
+    # the model predicted, the failure, and that everything else is unmeasured.
+    text = GEMM.kernel.compile(*args, target="cpu").explain()
+    assert text.startswith("tuned: winner from the tuning database")
+    assert "measured under this key: 2 candidates ok, 1 failed" in text
+    assert f"* {result.winner.label()}: measured" in text and "predicted" in text
+    assert f"{by_role['default'].candidate.label()}: mismatch" in text
+    assert "unmeasured" in text
+
 
 def test_tf32_policy_widens_the_f32_tolerance_of_mma_kernels_only() -> None:
     from tilenest.ir.dtypes import f16, f32

@@ -99,7 +99,8 @@ def tuned_build(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any], 
         return None
     candidate, seconds = found
     try:
-        return compile_winner(kernel, tensors, key, consts, tgt, options, candidate, seconds)
+        return compile_winner(kernel, tensors, key, consts, tgt, options, candidate, seconds,
+                              tkey)
     except TileError as e:
         _warn(f"tilenest: the tuning database's winner for `{kernel.name}` "
               f"({candidate.label()}) does not compile any more, using the planner's pick: "
@@ -137,8 +138,38 @@ def _measure(kernel: Any, tensors: dict, consts: dict[str, Any], tgt: str,
     return None if db is None else _winner(db, tkey)
 
 
+MEASURED_SHOWN = 6
+
+
+def measured_lines(tkey: TuneKey | None, winner: TuneCandidate) -> str:
+    """What the database measured under the key: the fastest candidates with the model's
+    prediction beside the measured median, then the failures; every other choice of the
+    space is unmeasured (the planner's costs below are the model's alone)."""
+    db = None if tkey is None else TuningDB.default(create=False)
+    if db is None:
+        return ""
+    try:
+        samples = [s for s in db.samples(key=tkey) if s.role != "winner-remeasure"]
+    except TuneError:
+        return ""
+    ok = sorted((s for s in samples if s.status == "ok" and s.median is not None),
+                key=lambda s: s.median)
+    failed = [s for s in samples if s.status != "ok"]
+    lines = [f"  measured under this key: {len(ok)} candidates ok, {len(failed)} failed; "
+             f"every other candidate is unmeasured (model cost only)"]
+    for s in ok[:MEASURED_SHOWN]:
+        mark = "*" if s.candidate == winner else " "
+        predicted = "-" if s.predicted is None else f"{s.predicted:.4g}"
+        lines.append(f"  {mark} {s.candidate.label()}: measured {s.median * 1e3:.4g} ms, "
+                     f"predicted {predicted} ({s.role})")
+    for s in failed[:MEASURED_SHOWN]:
+        lines.append(f"    {s.candidate.label()}: {s.status}")
+    return "\n".join(lines) + "\n"
+
+
 def compile_winner(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any], tgt: str,
-                   options: dict[str, Any], candidate: TuneCandidate, seconds: float) -> Any:
+                   options: dict[str, Any], candidate: TuneCandidate, seconds: float,
+                   tkey: TuneKey | None = None) -> Any:
     """Prepare the call with the winner's tunable values and plan record."""
     from tilenest.backends.registry import preparer
     from tilenest.lang.kernel import CompiledKernel, _consts_key
@@ -159,6 +190,7 @@ def compile_winner(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any
     fn = kernel._function(tensors, key[0], resolved)
     exe = preparer(tgt)(fn, {**options, "plan": candidate.plan_record()})
     exe.explanation = (f"tuned: winner from the tuning database ({candidate.label()}, "
-                       f"measured {seconds * 1e3:.4g} ms)\n" + exe.explanation)
+                       f"measured {seconds * 1e3:.4g} ms)\n"
+                       + measured_lines(tkey, candidate) + exe.explanation)
     exe.extras["tuned"] = (candidate, seconds)
     return CompiledKernel(kernel, (key[0], _consts_key(resolved)), exe, options)

@@ -540,17 +540,23 @@ class TuningDB:
             return None
         return TuneCandidate.from_json(row[0]), float(row[1])
 
-    def samples(self, target: str | None = None) -> list[Sample]:
+    def samples(self, target: str | None = None, key: TuneKey | None = None) -> list[Sample]:
+        """Every sample (of one target's keys, or of one key), in the order recorded."""
         query = ("SELECT k.fields, s.key, s.candidate, s.status, s.seconds, s.median, "
                  "s.predicted, s.terms, s.error, s.role, s.created, s.uid, s.features "
                  "FROM samples s "
                  "JOIN keys k ON k.digest = s.key")
-        params: tuple = ()
+        where, params = [], []
         if target is not None:
-            query += " WHERE k.target = ?"
-            params = (target,)
+            where.append("k.target = ?")
+            params.append(target)
+        if key is not None:
+            where.append("s.key = ?")
+            params.append(key.digest())
+        if where:
+            query += " WHERE " + " AND ".join(where)
         with self._use() as conn:
-            rows = conn.execute(query + " ORDER BY s.id", params).fetchall()
+            rows = conn.execute(query + " ORDER BY s.id", tuple(params)).fetchall()
         return [Sample(key=_loads(f), digest=d, candidate=TuneCandidate.from_json(c),
                        status=st, seconds=tuple(_loads(sec)), median=med, predicted=pred,
                        terms=None if terms is None else _loads(terms), error=err, role=role,
