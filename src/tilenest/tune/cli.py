@@ -79,9 +79,8 @@ def _tune(args: argparse.Namespace) -> int:
     consts = {k: v for k, v in consts.items() if k not in kern.tunables or k in given}
     from tilenest.tune.tuner import tune
 
-    result = tune(kern, *tensors, budget=args.budget, target=args.target, progress=True,
-                  **consts)
-    print(result.table(), end="")
+    # The progress bar, then the table of predicted vs measured (tune prints it).
+    tune(kern, *tensors, budget=args.budget, target=args.target, progress=True, **consts)
     return 0
 
 

@@ -513,6 +513,8 @@ def tune(kernel: Any, *args: Any, budget: int = 20, target: str | None = None,
     result = _finish(db, key, rows, winner, again, len(rotations), start, bench, space.notes,
                      features)
     _forget_plain_compiles(kernel, args, kwargs)
+    if progress:  # the progress bar, then the table (DESIGN §3a)
+        print(result.table(), end="")
     return result
 
 
