@@ -19,7 +19,7 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check src tests examples
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n auto tests
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check src tests examples
