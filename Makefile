@@ -19,7 +19,8 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check src tests examples
-	$(PY) -m pytest -n auto tests
+	$(PY) -m pytest -n auto -m "not serial" tests
+	$(PY) -m pytest -m serial tests
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check src tests examples

@@ -13,10 +13,14 @@ from pathlib import Path
 
 import pytest
 
+# Signals timed against a launch's length: alone on the machine (`make test` runs the
+# serial tests after the parallel ones; under 3x oversubscription none landed in a launch).
+pytestmark = pytest.mark.serial
+
 TIMEOUT_S = 240
 
 PRELUDE = textwrap.dedent('''
-    import gc, os, signal, sys, threading, time
+    import gc, math, os, signal, sys, threading, time
     import numpy as np
     import tilenest as tn
 
@@ -68,8 +72,13 @@ SIGINT_SCRIPT = '''
     N, K = 64 * 2048, 3000
     x, y = fresh(N, 1)
     compiled = smooth.compile(x, y, target="cpu", K=K)
-    t0 = time.perf_counter(); compiled(x, y); full = time.perf_counter() - t0
+    compiled(x, y)
     reference = y.copy()
+    # The launch's length is the fastest of three (a first or loaded call runs long, and
+    # signals timed from it would land after every later launch had finished).
+    full = math.inf
+    for _ in range(3):
+        t0 = time.perf_counter(); compiled(x, y); full = min(full, time.perf_counter() - t0)
     interrupted = 0
     for delay in (0.05, 0.25, 0.5, 0.75, 0.9, 0.97):
         x, y = fresh(N, 1)
