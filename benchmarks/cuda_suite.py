@@ -506,7 +506,8 @@ ROUNDS = 3  # contenders timed in interleaved rounds (A B C, A B C, ...): the H2
 
 def run_case(case: Case, timer: Timer, log: list[str]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    timed: list[tuple[dict[str, Any], Callable[[int], Any], int]] = []
+    # (row, call, input sets, samples of every round)
+    timed: list[tuple[dict[str, Any], Callable[[int], Any], int, list[float]]] = []
     for name, (call, output) in case.contenders.items():
         row: dict[str, Any] = {"case": case.name, "family": case.family, "contender": name}
         rows.append(row)
@@ -520,21 +521,19 @@ def run_case(case: Case, timer: Timer, log: list[str]) -> list[dict[str, Any]]:
                 row["note"] = f"error {row['rel_error']:.3g} > tolerance {case.tol}"
                 print(f"  {name:40s} FAILED CHECK {row['rel_error']:.3g}", flush=True)
                 continue
-            timed.append((row, call, 3 if case.family in _THREE_SETS else 2))
+            timed.append((row, call, 3 if case.family in _THREE_SETS else 2, []))
         except Exception as e:
             row["note"] = f"{type(e).__name__}: {str(e)[:300]}"
             log.append(f"{case.name} / {name}: {row['note']}")
-    samples: dict[int, list[float]] = {id(row): [] for row, _, _ in timed}
     for _ in range(ROUNDS):
-        for row, call, sets in timed:
+        for row, call, sets, got in timed:
             try:
-                got = timer.device_ms(call, sets, reps=10, warmup=1)
+                rounds = timer.device_ms(call, sets, reps=10, warmup=1)
             except Exception as e:
                 row["note"] = f"{type(e).__name__}: {str(e)[:300]}"
                 continue
-            samples[id(row)] += got["samples_ms"]
-    for row, call, sets in timed:
-        got = samples[id(row)]
+            got += rounds["samples_ms"]
+    for row, call, sets, got in timed:
         if not got:
             continue
         row.update(median_ms=statistics.median(got), min_ms=min(got), max_ms=max(got),
@@ -543,7 +542,9 @@ def run_case(case: Case, timer: Timer, log: list[str]) -> list[dict[str, Any]]:
         ms = row["median_ms"]
         row["tflops"] = case.flops / ms / 1e9 if case.flops else None
         row["gbps"] = case.bytes / ms / 1e6
-        print(f"  {row['contender']:40s} {ms:9.4f} ms  err {row['rel_error']!s:.9}  "
+        err = "-" if row["rel_error"] is None else f"{row['rel_error']:.3g}"
+        # (`!s:.9` cut exponents off: 1.66e-07 printed as "1.6558384")
+        print(f"  {row['contender']:40s} {ms:9.4f} ms  err {err:>9}  "
               f"{(row['tflops'] or 0):7.1f} TF/s {row['gbps']:8.1f} GB/s", flush=True)
     return rows
 

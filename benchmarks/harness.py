@@ -30,6 +30,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tilenest.backends.cpu.caches import last_level_cache_bytes  # noqa: E402
+from tilenest.tune.key import cpu_model  # noqa: E402
 
 # The timing core is tilenest's own (the tuner measures the same way); re-exported here under
 # the names the benchmark suites use.
@@ -162,16 +163,6 @@ def check_output(call: Call, out: np.ndarray, ref: np.ndarray, tolerance: float)
 # -------------------------------------------------------------------------------- the machine
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _git(*args: str) -> str | None:
     root = Path(__file__).resolve().parents[1]
     try:
@@ -194,7 +185,7 @@ def machine_info() -> dict[str, Any]:
     numba = sys.modules.get("numba")
     status = _git("status", "--porcelain", "--untracked-files=no")
     return {
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "llvm_cpu_name": host.cpu_name,
         "vector_bits": host.vector_bits,
         "cpu_count": os.cpu_count(),

@@ -64,7 +64,7 @@ class TuneKey:
 
 
 @functools.cache
-def _cpu_model() -> str:
+def cpu_model() -> str:
     """The CPU's marketing name from /proc/cpuinfo (Linux), else platform.processor()."""
     try:
         for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
@@ -85,7 +85,7 @@ def _cpu_facts() -> tuple[str, str, str]:
 
     host = host_info()
     features = hashlib.sha256(host.features.encode()).hexdigest()[:16]
-    device = (f"{_cpu_model()} | {host.cpu_name} | {host.vector_bits}-bit | features "
+    device = (f"{cpu_model()} | {host.cpu_name} | {host.vector_bits}-bit | features "
               f"{features} | {env_num_threads()} threads")
     llvm_version = ".".join(map(str, llvm.llvm_version_info))
     return device, "", f"llvmlite {llvmlite_version} (LLVM {llvm_version})"

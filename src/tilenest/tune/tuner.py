@@ -522,9 +522,7 @@ def _failed_before(db: Any, key: TuneKey) -> set[TuneCandidate]:
     """Candidates with a failed sample under `key` from an earlier run: never the winner."""
     if db is None:
         return set()
-    digest = key.digest()
-    return {s.candidate for s in db.samples(key.target)
-            if s.digest == digest and s.status != "ok"}
+    return {s.candidate for s in db.samples(key=key) if s.status != "ok"}
 
 
 def _time(rows: list[TuneRow], rotations: dict[int, m.Rotation], bench: _Bench, bar: Any,

@@ -75,15 +75,12 @@ def _merge(em: Emitter, name: str, partitions: _Partitions) -> Arr:
 
 def _balanced_merge(em: Emitter, name: str, bufs: list[Arr]) -> Arr:
     """Pairwise tree in order, combining into the left buffer of each pair."""
-    b = em.b
     level = list(bufs)
     while len(level) > 1:
         nxt = []
         for i in range(0, len(level) - 1, 2):
-            left, right = level[i], level[i + 1]
-            em.for_each(left.shape, left.uniform, lambda c, lane, l=left, r=right: l.store(
-                b, c, lane, _combine(b, name, l.dtype, l.load(b, c, lane), r.load(b, c, lane))))
-            nxt.append(left)
+            _combine_into(em, name, level[i], level[i + 1])
+            nxt.append(level[i])
         if len(level) % 2:
             nxt.append(level[-1])
         level = nxt
