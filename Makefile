@@ -18,12 +18,12 @@ demo: $(VENV)/.installed
 	$(PY) -m tilenest demo
 
 test: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check src tests examples
+	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -n auto -m "not serial" tests
 	$(PY) -m pytest -m serial tests
 
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check src tests examples
+	$(VENV)/bin/ruff check src tests benchmarks
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

@@ -102,7 +102,8 @@ def default_db(target: str) -> Path:
 
 def _args(example: Any, shape: dict[str, int], target: str) -> list[Any]:
     import numpy as np
-    from examples.common import Case
+
+    from tilenest.examples.common import Case
 
     lib = "torch" if target == "cuda" else "numpy"
     args = example.prepare(np.random.default_rng(0), Case(shape), DTYPES[target], lib).args
@@ -113,7 +114,7 @@ def _args(example: Any, shape: dict[str, int], target: str) -> list[Any]:
 
 def collect(target: str, quick: bool, db_path: Path, budget: int) -> dict[str, Any]:
     """Tune the training set in a private cache directory; add the samples to `db_path`."""
-    from examples import EXAMPLES
+    from tilenest.examples import EXAMPLES
 
     if target == "cuda":
         from tilenest.backends.cuda.device import interpreting

@@ -6,9 +6,9 @@ Written as an `Example` so the suite drives it like the example kernels.
 from __future__ import annotations
 
 import numpy as np
-from examples.common import Case, Example
 
 import tilenest as tn
+from tilenest.examples.common import Case, Example
 
 
 @tn.kernel

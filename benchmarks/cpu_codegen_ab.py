@@ -59,10 +59,9 @@ def _old_modules(rev: str, folder: Path) -> dict[str, Any]:
 
 
 def measure(kernel: str, m: int, n: int, rev: str, folder: Path) -> dict[str, Any]:
-    from examples import EXAMPLES
-
     from tilenest.backends.cpu import vecmath
     from tilenest.backends.cpu.rules import TABLE
+    from tilenest.examples import EXAMPLES
     from tilenest.lang.kernel import Kernel
 
     after_reduce, after_math = TABLE.rules["reduce"], vecmath.math_function

@@ -137,9 +137,8 @@ TINY: dict[str, dict[str, int]] = {
 @cache
 def kernels() -> dict[str, Any]:
     """Example name -> Example: the examples package plus the `copy` roofline kernel."""
-    from examples import EXAMPLES
-
     from benchmarks.copy_kernel import EXAMPLE as COPY
+    from tilenest.examples import EXAMPLES
 
     return {**EXAMPLES, "copy": COPY}
 
@@ -404,7 +403,7 @@ def run_case(case: BenchCase, modules: dict[str, Any], timing: Timing, *, quick:
 
 def _compile_args(ex: Any, shape: dict[str, int]) -> list[np.ndarray]:
     """Uninitialized arguments of the right shapes and dtypes (compiling never reads them)."""
-    from examples import empty_args
+    from tilenest.examples import empty_args
 
     return empty_args(ex, shape)
 

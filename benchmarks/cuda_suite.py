@@ -35,9 +35,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from examples import EXAMPLES, empty_args  # noqa: E402
 
 from tilenest.backends.cuda.plan import CudaPlan  # noqa: E402
+from tilenest.examples import EXAMPLES, empty_args  # noqa: E402
 from tilenest.numerics import NumericalPolicy  # noqa: E402
 
 TF32 = NumericalPolicy(allow_tf32=True)

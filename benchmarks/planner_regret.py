@@ -46,11 +46,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from examples import EXAMPLES
-from examples.common import Case
 
 from benchmarks.harness import machine_info
 from tilenest.backends.cpu.cost import SeedCostPolicy
+from tilenest.examples import EXAMPLES
+from tilenest.examples.common import Case
 
 SHAPES: dict[str, tuple[dict[str, int], ...]] = {
     "gemm": ({"M": 256, "N": 256, "K": 256}, {"M": 512, "N": 192, "K": 128}),

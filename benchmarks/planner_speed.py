@@ -44,9 +44,9 @@ def _gemm_planning(target: str) -> tuple[list[float], list[float], object]:
     """Cold planning times (wall ms, process CPU ms) of the seed GEMM's tunable search on
     `target` (CPU time is what a shared, loaded machine distorts least)."""
     import numpy as np
-    from examples.gemm import gemm
 
     import tilenest as tn
+    from tilenest.examples.gemm import gemm
 
     m, n, k = GEMM_SHAPE
     rng = np.random.default_rng(0)
@@ -69,10 +69,10 @@ def _gemm_phases(target: str) -> str:
     full planner runs (the timers wrap this kernel's `capture` and the target's planner for
     this one search, then are removed)."""
     import numpy as np
-    from examples.gemm import gemm
 
     import tilenest as tn
     from tilenest.backends import registry
+    from tilenest.examples.gemm import gemm
     from tilenest.plan.search import BOUND_ONLY
 
     spent: dict[str, list[float]] = {}

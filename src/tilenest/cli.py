@@ -25,14 +25,8 @@ def command(name: str, help_text: str, configure: Callable[[argparse.ArgumentPar
 
 
 def _examples_module() -> Any:
-    """The `examples` package of a source checkout (the demo's kernels)."""
-    candidates = [Path.cwd(), Path(__file__).resolve().parents[2]]
-    for root in candidates:
-        if (root / "examples" / "__init__.py").exists():
-            if str(root) not in sys.path:
-                sys.path.insert(0, str(root))
-            return importlib.import_module("examples")
-    raise SystemExit("tilenest demo: run it from a tilenest source checkout (examples/ not found)")
+    """The package of example kernels the demo runs (shipped inside tilenest)."""
+    return importlib.import_module("tilenest.examples")
 
 
 def _no_args(_: argparse.ArgumentParser) -> None:

@@ -15,12 +15,16 @@ if TYPE_CHECKING:
     from tilenest.ir.core import SourceLoc
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# The shipped example kernels are user code: their lines are what errors point at.
+_EXAMPLES_DIR = os.path.join(_PACKAGE_DIR, "examples") + os.sep
 
 
 def is_internal(filename: str) -> bool:
-    """True for frames inside tilenest itself or the Python runtime's own machinery."""
+    """True for frames inside tilenest itself (its examples excepted) or the Python runtime's
+    own machinery."""
     path = os.path.abspath(filename)
-    return path.startswith(_PACKAGE_DIR + os.sep) or filename.startswith("<frozen")
+    return (path.startswith(_PACKAGE_DIR + os.sep) and not path.startswith(_EXAMPLES_DIR)) \
+        or filename.startswith("<frozen")
 
 
 def user_frame(start: FrameType | None = None) -> FrameType | None:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from examples.gemm import gemm
 
 import tilenest as tn
 from tilenest.backends.cpu.microkernel import BLOCKS, register_block, vector_registers
 from tilenest.backends.cpu.plan import CpuPlan
 from tilenest.backends.cpu.target import packet_width
+from tilenest.examples.gemm import gemm
 
 W = packet_width()
 

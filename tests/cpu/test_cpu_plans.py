@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from examples import EXAMPLES
-from examples.common import Example, Run
 
 import tilenest as tn
 from tilenest.backends.cpu.plan import CpuPlan
 from tilenest.backends.cpu.target import packet_width
+from tilenest.examples import EXAMPLES
+from tilenest.examples.common import Example, Run
 
 W = packet_width()
 

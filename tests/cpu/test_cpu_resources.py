@@ -9,13 +9,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from examples import EXAMPLES, empty_args
 from llvmlite import ir
 
 from tilenest.analysis.resources import ExecutionResources
 from tilenest.backends.cpu.lower import emit_module
 from tilenest.backends.cpu.target import measurement_plan, plan_cpu
 from tilenest.errors import TileError
+from tilenest.examples import EXAMPLES, empty_args
 
 # (microkernel_rows, microkernel_vectors): the target's block, a tall, a wide and a 1 x 1 one.
 BLOCKS = ((0, 0), (3, 1), (2, 3), (1, 1))

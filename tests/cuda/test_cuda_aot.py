@@ -9,9 +9,9 @@ import re
 import numpy as np
 import pytest
 import torch
-from examples import EXAMPLES
 
 from tilenest.backends.cuda.plan import default_plan
+from tilenest.examples import EXAMPLES
 
 _DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 

@@ -12,9 +12,9 @@ import zlib
 import numpy as np
 import pytest
 from contract_common import assert_bitwise, eighths, run_both, source
-from examples import EXAMPLES
 
 import tilenest as tn
+from tilenest.examples import EXAMPLES
 
 
 @pytest.fixture

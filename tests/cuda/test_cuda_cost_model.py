@@ -10,13 +10,13 @@ import math
 
 import pytest
 import torch
-from examples import EXAMPLES
 
 from tilenest.backends.cuda.cost import GpuCostPolicy, tile_efficiency
 from tilenest.backends.cuda.occupancy import compiled_metadata, recheck, wave_footprint
 from tilenest.backends.cuda.plan import CudaPlan
 from tilenest.backends.cuda.target import H200, plan_cuda
 from tilenest.backends.cuda.traversal import grouped_coords
+from tilenest.examples import EXAMPLES
 
 GEMM = EXAMPLES["gemm"].kernel
 

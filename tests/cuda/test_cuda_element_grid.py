@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from examples import EXAMPLES
-from examples.common import Case
 
 import tilenest as tn
 from tilenest.backends.cuda.element_grid import flat_programs, geometry, refusal
@@ -16,6 +14,8 @@ from tilenest.backends.cuda.lower import lower_function
 from tilenest.backends.cuda.plan import CudaPlan, validate
 from tilenest.backends.cuda.target import H200, plan_cuda
 from tilenest.errors import BackendError
+from tilenest.examples import EXAMPLES
+from tilenest.examples.common import Case
 from tilenest.plan import PlanningError
 from tilenest.plan.explain import render
 from tilenest.plan.records import DistributionKind

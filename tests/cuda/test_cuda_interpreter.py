@@ -8,8 +8,9 @@ import zlib
 
 import numpy as np
 import pytest
-from examples import EXAMPLES
-from examples.common import Example
+
+from tilenest.examples import EXAMPLES
+from tilenest.examples.common import Example
 
 ALL = list(EXAMPLES.values())
 

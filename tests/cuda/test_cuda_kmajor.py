@@ -12,7 +12,6 @@ import re
 import numpy as np
 import pytest
 import torch
-from examples import EXAMPLES
 
 import tilenest as tn
 from tilenest.backends.cuda.cost import GpuCostPolicy
@@ -25,6 +24,7 @@ from tilenest.backends.cuda.padding import (
 )
 from tilenest.backends.cuda.plan import CudaPlan
 from tilenest.backends.cuda.target import H200, plan_cuda, require_selection
+from tilenest.examples import EXAMPLES
 from tilenest.plan import PlanningError
 from tilenest.plan.explain import render
 

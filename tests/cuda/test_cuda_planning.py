@@ -10,7 +10,6 @@ import re
 
 import pytest
 import torch
-from examples import EXAMPLES
 
 import tilenest as tn
 from tilenest.backends.cuda.cost import GpuCostPolicy
@@ -19,6 +18,7 @@ from tilenest.backends.cuda.padding import paddable_operands, rows_aligned
 from tilenest.backends.cuda.plan import CudaPlan
 from tilenest.backends.cuda.target import H200, plan_cuda
 from tilenest.errors import ArgumentError
+from tilenest.examples import EXAMPLES
 from tilenest.plan import PlanningError
 from tilenest.plan.explain import render
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from examples import EXAMPLES
 
 import tilenest as tn
 from tilenest.backends.cuda.lower import lower_function
 from tilenest.backends.cuda.plan import CudaPlan
 from tilenest.backends.cuda.splitk import split_site
 from tilenest.backends.cuda.target import H200, plan_cuda
+from tilenest.examples import EXAMPLES
 from tilenest.plan import PlanningError
 
 GEMM = EXAMPLES["gemm"].kernel

@@ -8,7 +8,6 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from examples import EXAMPLES
 
 import tilenest as tn
 from tilenest.backends.cuda.lower import lower_function
@@ -16,6 +15,7 @@ from tilenest.backends.cuda.plan import CudaPlan, candidates, default_plan, vali
 from tilenest.backends.cuda.target import H200, explain, plan_cuda
 from tilenest.backends.cuda.traversal import grouped_coords, program_coords
 from tilenest.errors import BackendError
+from tilenest.examples import EXAMPLES
 
 
 @pytest.mark.parametrize("rows, cols", [(1, 1), (1, 7), (7, 1), (5, 3), (8, 8), (9, 13)])

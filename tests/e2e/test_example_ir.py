@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from examples import EXAMPLES
-from examples.common import Case, Example
 
+from tilenest.examples import EXAMPLES
+from tilenest.examples.common import Case, Example
 from tilenest.ir import parse_function, print_function, verify
 from tilenest.ir.core import Function
 

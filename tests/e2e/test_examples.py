@@ -12,11 +12,11 @@ import zlib
 import numpy as np
 import pytest
 from backends import BACKENDS, available
-from examples import EXAMPLES
-from examples.__main__ import main as demo_main
-from examples.common import Example, Run
 
 import tilenest as tn
+from tilenest.examples import EXAMPLES
+from tilenest.examples.__main__ import main as demo_main
+from tilenest.examples.common import Example, Run
 
 ALL = list(EXAMPLES.values())
 # The interpreter runs in float64 and rounds once, at the f32 store: only that rounding

@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 import pytest
 from benchmarks.cpu_suite import full_cases, quick_cases
-from examples import EXAMPLES, OUTPUT_SHAPES, empty_args
 
 import tilenest as tn
 from tilenest.config import FULL_PLAN_SWEEP
 from tilenest.errors import TileError
+from tilenest.examples import EXAMPLES, OUTPUT_SHAPES, empty_args
 from tilenest.numerics import NumericalPolicy
 from tilenest.plan.search import PlanningBudgetError, PlanningError
 

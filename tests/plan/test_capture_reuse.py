@@ -6,10 +6,10 @@ frames are tilenest's own."""
 from __future__ import annotations
 
 import numpy as np
-from examples.gemm import gemm
 
 import tilenest as tn
 from tilenest.errors import user_loc
+from tilenest.examples.gemm import gemm
 from tilenest.lang.context import caller_loc
 from tilenest.lang.rewrite import rewrite_function
 
@@ -30,7 +30,7 @@ def test_new_kernels_of_one_function_capture_identically() -> None:
     again = _captured(tn.kernel(gemm.fn), BM=32, BN=64, BK=16)
     assert str(first) == str(again)
     assert _locs(first) == _locs(again)
-    assert all(loc is None or loc.filename.endswith("examples/gemm.py")
+    assert all(loc is None or loc.filename.endswith("tilenest/examples/gemm.py")
                for _, loc in _locs(first))
     other = _captured(tn.kernel(gemm.fn), BM=64, BN=32, BK=32)
     assert str(other) != str(first)

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from examples import EXAMPLES
 
 import tilenest as tn
 from tilenest.analysis.resources import ExecutionResources, ResourceLimits
 from tilenest.backends.cpu.target import plan_cpu
+from tilenest.examples import EXAMPLES
 from tilenest.plan import (
     Binding,
     Candidate,

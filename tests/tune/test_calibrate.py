@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from examples import EXAMPLES, empty_args
 
 from tilenest.backends.cpu.cost import CpuCostPolicy
 from tilenest.backends.cuda.cost import GpuCostPolicy
 from tilenest.backends.registry import planner
 from tilenest.errors import TileError
+from tilenest.examples import EXAMPLES, empty_args
 from tilenest.lang.kernel import _with_defaults
 from tilenest.tune import calibrate as cal
 from tilenest.tune.features import decode, features_of, scheduled_work

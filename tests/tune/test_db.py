@@ -422,4 +422,4 @@ def test_cli_list_clear_export_import(tmp_path: Path, monkeypatch: pytest.Monkey
     with pytest.raises(SystemExit, match="FILE::KERNEL"):
         main(["tune"])
     with pytest.raises(SystemExit, match="act on the database alone"):
-        main(["tune", "examples/gemm.py::gemm", "--list"])
+        main(["tune", "src/tilenest/examples/gemm.py::gemm", "--list"])

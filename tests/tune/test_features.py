@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from examples import EXAMPLES, empty_args
 
 from tilenest.backends.cpu.plan import CpuPlan
 from tilenest.backends.registry import planner
 from tilenest.errors import TuneError
+from tilenest.examples import EXAMPLES, empty_args
 from tilenest.lang.kernel import _with_defaults
 from tilenest.tune.candidate import TuneCandidate
 from tilenest.tune.db import TuningDB
@@ -163,9 +163,8 @@ def test_old_database_migrates(tmp_path: Path) -> None:
 
 def test_tuner_stores_features_that_price_as_predicted(monkeypatch: pytest.MonkeyPatch,
                                                        tmp_path: Path) -> None:
-    from examples.common import Case
-
     from tilenest.backends.cpu.cost import CpuCostPolicy
+    from tilenest.examples.common import Case
     from tilenest.tune import measure, tuner
     from tilenest.tune.measure import Timing
 

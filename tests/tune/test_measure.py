@@ -9,10 +9,10 @@ import statistics
 
 import numpy as np
 import pytest
-from examples import EXAMPLES
-from examples.common import Case, place
 
 from tilenest.errors import TuneError
+from tilenest.examples import EXAMPLES
+from tilenest.examples.common import Case, place
 from tilenest.ir import dtypes as dt
 from tilenest.tune import measure, tuner
 from tilenest.tune.measure import Rotation, Timing

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from examples import EXAMPLES
-from examples.common import Case
 
 from tilenest.backends.reference.interpreter import run_function
 from tilenest.backends.reference.rules_regions import sample_instances
 from tilenest.errors import ArgumentError
+from tilenest.examples import EXAMPLES
+from tilenest.examples.common import Case
 from tilenest.tune import measure, tuner
 from tilenest.tune.measure import Timing
 

@@ -8,12 +8,12 @@ import os
 
 import numpy as np
 import pytest
-from examples import EXAMPLES
-from examples.common import Case
 from tune_common import inputs, load_kernel_module, run_fresh
 
 import tilenest as tn
 from tilenest.errors import BackendError
+from tilenest.examples import EXAMPLES
+from tilenest.examples.common import Case
 from tilenest.tune import measure, tuner
 from tilenest.tune.db import TuningDB, TuningDBWarning
 from tilenest.tune.measure import Timing

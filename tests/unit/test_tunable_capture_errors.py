@@ -46,7 +46,7 @@ def test_assignments_that_capture_are_planned():
 
 
 def test_captured_constants_keep_declaration_order():
-    from examples.layernorm import layernorm
+    from tilenest.examples.layernorm import layernorm
 
     x = np.ones((4, 8), np.float32)
     w, b, y = np.ones(8, np.float32), np.zeros(8, np.float32), np.zeros((4, 8), np.float32)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from examples import (
+from tilenest.examples import (
     attention,
     cross_entropy,
     flash_attention,
@@ -29,8 +29,8 @@ from examples import (
     softmax,
     swiglu,
 )
-from examples.common import Case as Case
-from examples.common import Example as Example
+from tilenest.examples.common import Case as Case
+from tilenest.examples.common import Example as Example
 
 EXAMPLES: dict[str, Example] = {
     m.EXAMPLE.name: m.EXAMPLE

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 import tilenest as tn
-from examples.common import Case, Example, next_pow2
+from tilenest.examples.common import Case, Example, next_pow2
 
 NEG_INF = float("-inf")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 import tilenest as tn
-from examples.common import Case, Example, next_pow2
+from tilenest.examples.common import Case, Example, next_pow2
 
 
 @tn.kernel

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from examples import EXAMPLES
+from tilenest.examples import EXAMPLES
 
 
 def main(argv: list[str] | None = None) -> int:

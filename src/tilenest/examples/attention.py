@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 import tilenest as tn
-from examples.common import Case, Example
+from tilenest.examples.common import Case, Example
 
 
 @tn.kernel

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 import tilenest as tn
-from examples.common import Case, Example
+from tilenest.examples.common import Case, Example
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 import tilenest as tn
-from examples.common import Case, Example
+from tilenest.examples.common import Case, Example
 
 
 @tn.kernel
