@@ -1,7 +1,7 @@
 """Example kernels, one per module, each described by an `EXAMPLE` (see `common.Example`).
 
 `EXAMPLES` maps each name to its Example, in a fixed order (`all_examples()` lists them);
-`tilenest demo`, `python -m examples [name ...]` and the end-to-end tests iterate over it.
+`tilenest demo`, `python -m tilenest.examples [name ...]` and the end-to-end tests iterate over it.
 `empty_args(example, shape, dtype)` gives uninitialized arguments of the shapes and dtypes a
 call at `shape` takes, without making any data: planning the benchmark shapes (a 8192 x 50257
 logit matrix) needs only shapes, dtypes and strides.

@@ -1,4 +1,4 @@
-"""`python -m examples [name ...] [--target T]`: run examples at their demo size and check them."""
+"""`python -m tilenest.examples [name ...] [--target T]`: run examples at their demo size and check them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tilenest.examples import EXAMPLES
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m examples", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tilenest.examples", description=__doc__)
     parser.add_argument("names", nargs="*", help=f"examples to run (default: all of "
                                                  f"{', '.join(EXAMPLES)})")
     parser.add_argument("--target", default="reference")
