@@ -1,4 +1,5 @@
-"""Binding kernel arguments: numpy arrays and torch tensors, and the specialization key."""
+"""Binding kernel arguments: numpy arrays, torch tensors and DLPack /
+`__cuda_array_interface__` producers (viewed as one of those), and the specialization key."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tilenest.errors import ArgumentError
 from tilenest.ir import dtypes as dt
 from tilenest.ir.dtypes import DType
 from tilenest.ir.types import TensorType
+from tilenest.runtime import interop
 
 # Options of tn.interpret / compile; a kernel constant may not use these names.
 RESERVED_NAMES = frozenset({"precision", "order", "seed", "check_races", "target", "policy",
@@ -29,7 +31,9 @@ class TensorArg:
     """What the compiler may rely on about one tensor argument."""
 
     kind: str            # "numpy" | "torch"
-    device: str          # "cpu" | "cuda"
+    # "cpu" | "cuda:N" (N the device index: a compile for one GPU is not another's); test
+    # for CUDA with device.startswith("cuda").
+    device: str
     type: TensorType
 
     def key(self) -> tuple:
@@ -38,12 +42,16 @@ class TensorArg:
 
 
 def plain_tensor(x: Any, name: str) -> tuple[Any, bool]:
-    """The tensor a kernel reads and writes for argument `x`, and whether it is a copy.
+    """The tensor a kernel reads and writes for argument `x`, and whether the kernel must
+    not write it (a copy, or memory its producer does not let us write).
 
     Kernels address plain strided memory. An input whose memory does not mean its values
     is rejected, or, where a copy has the same values (torch's lazy negation and conjugation
-    bits: `c.conj().imag`), replaced by that copy; the caller then checks that the kernel
-    does not write it (`written_copies`)."""
+    bits: `c.conj().imag`), replaced by that copy. A DLPack or `__cuda_array_interface__`
+    object is replaced by the numpy array or torch tensor viewing its memory (`interop`), so
+    the kernel's writes land in the caller's memory; a JAX array or a read-only export is
+    flagged too. The caller then checks that the kernel writes none of the flagged arguments
+    (`check_copies`)."""
     if type(x) is np.ndarray:
         if not x.flags.aligned:
             raise ArgumentError(f"argument `{name}`: the array's data is not aligned to its "
@@ -56,7 +64,11 @@ def plain_tensor(x: Any, name: str) -> tuple[Any, bool]:
                                 f"x.data explicitly")
         return plain_tensor(x.view(np.ndarray), name)  # np.matrix, np.memmap: same memory
     if not is_torch_tensor(x):
-        return x, False
+        if not interop.is_foreign_array(x):
+            return x, False  # describe_tensor rejects it with the accepted kinds
+        converted = interop.convert(x, name)
+        plain, copied = plain_tensor(converted.tensor, name)
+        return plain, copied or not converted.writable
     import torch
 
     if x.layout is not torch.strided or x.is_nested:
@@ -87,6 +99,11 @@ def check_copies(fn: Any, copies: dict[str, Any], tensors: dict[str, Any]) -> No
     never writes memory it shares (a later load of the copy would miss such a store)."""
     written = written_params(fn)
     for name, original in copies.items():
+        if not is_torch_tensor(original):  # a foreign array (interop) the kernel may not write
+            if name in written:
+                raise ArgumentError(f"argument `{name}` is written by the kernel but "
+                                    f"{interop.unwritable_reason(original)}")
+            continue
         if name in written:
             raise ArgumentError(
                 f"argument `{name}` is a torch tensor with the negative or conjugate bit set "
@@ -125,10 +142,13 @@ def describe_tensor(x: Any, name: str) -> TensorArg:
         if d is None:
             raise ArgumentError(f"argument `{name}`: torch dtype {x.dtype} is not supported")
         device = x.device.type
+        if device == "cuda":
+            device = f"cuda:{x.device.index}"
         return TensorArg("torch", device, TensorType(d, tuple(x.shape), tuple(x.stride())))
     raise ArgumentError(
-        f"argument `{name}` must be a numpy array or a torch tensor, got {type(x).__name__}; "
-        f"compile-time constants are keyword-only parameters (after `*`)")
+        f"argument `{name}` must be a numpy array, a torch tensor or an object with "
+        f"__dlpack__ or __cuda_array_interface__, got {type(x).__name__}; compile-time "
+        f"constants are keyword-only parameters (after `*`)")
 
 
 def constant_key(name: str, value: Any) -> tuple:

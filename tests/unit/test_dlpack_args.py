@@ -1,0 +1,252 @@
+"""Tensor arguments from other array producers (DLPack, `__cuda_array_interface__`) and the
+device index in the specialization key.
+
+Covers: an object with only `__dlpack__`/`__dlpack_device__` (over numpy and over torch,
+including bfloat16, which numpy cannot view), strided exports, the written result landing
+in the producer's memory, read-only exports and JAX arrays (immutable) written by a kernel,
+devices tilenest cannot address, CuPy and JAX when installed, and `cuda:N` in the key.
+Numerical checks compare with the float64 reference interpreter on random inputs, outputs
+NaN-poisoned.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tilenest as tn
+from tilenest.ir import dtypes as dt
+from tilenest.ir.types import TensorType
+from tilenest.runtime import interop
+from tilenest.runtime.args import TensorArg, describe_tensor
+
+TARGETS = ["reference", "cpu"]
+
+
+class DLPackOnly:
+    """A producer that speaks DLPack and nothing else (no buffer protocol, no
+    __array_interface__), delegating to the array it wraps."""
+
+    def __init__(self, array: Any) -> None:
+        self._array = array
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple:
+        return self._array.__dlpack_device__()
+
+
+@tn.kernel
+def add_one(X, Y):
+    M, N = X.shape
+    r, c = tn.axis("r", M), tn.axis("c", N)
+    for _p in tn.parallel(1):
+        Y.tile((0, 0), (r, c)).store(X.tile((0, 0), (r, c)).load() + 1.0)
+
+
+def oracle(x: np.ndarray) -> np.ndarray:
+    x64 = np.asarray(x, np.float64)
+    y = np.full(x64.shape, np.nan)
+    tn.interpret(add_one, x64, y, precision="float64")
+    return y
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(2024)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_dlpack_only_numpy_producer_writes_into_its_memory(target, rng):
+    base = rng.standard_normal((5, 14)).astype(np.float32)
+    x = base[:, ::2]                       # a strided export: no copy, strides kept
+    out = np.full((5, 7), np.nan, np.float32)
+    add_one(DLPackOnly(x), DLPackOnly(out), target=target)
+    np.testing.assert_allclose(out, oracle(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_torch_dlpack_export_bf16_goes_through_torch(target, rng):
+    torch = pytest.importorskip("torch")
+    # Quarters below 8 and their sums with 1 are exact in bfloat16.
+    values = rng.integers(-32, 32, size=(4, 6)) / 4.0
+    x = torch.tensor(values, dtype=torch.bfloat16)
+    out = torch.full((4, 6), float("nan"), dtype=torch.bfloat16)
+    add_one(DLPackOnly(x), DLPackOnly(out), target=target)
+    np.testing.assert_array_equal(out.float().numpy(), oracle(values))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_torch_dlpack_export_f32_is_viewed_by_numpy(target, rng):
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(rng.standard_normal((3, 9)).astype(np.float32))
+    out = torch.full((3, 9), float("nan"))
+    add_one(DLPackOnly(x), DLPackOnly(out), target=target)
+    np.testing.assert_allclose(out.numpy(), oracle(x.numpy()), rtol=1e-6)
+
+
+def test_conversion_is_a_view_not_a_copy():
+    torch = pytest.importorskip("torch")
+    array = np.zeros((2, 3), np.float32)
+    converted = interop.convert(DLPackOnly(array), "X")
+    assert isinstance(converted.tensor, np.ndarray) and converted.writable
+    assert converted.tensor.ctypes.data == array.ctypes.data
+    bf16 = torch.zeros((2, 3), dtype=torch.bfloat16)
+    converted = interop.convert(DLPackOnly(bf16), "X")
+    assert converted.tensor.data_ptr() == bf16.data_ptr() and converted.writable
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_read_only_export_read_is_fine_written_is_an_error(target, rng):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    x.flags.writeable = False
+    out = np.full((3, 4), np.nan, np.float32)
+    add_one(DLPackOnly(x), out, target=target)
+    np.testing.assert_allclose(out, oracle(x), rtol=1e-6)
+    frozen = np.zeros((3, 4), np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(tn.ArgumentError, match=r"argument `Y` is written by the kernel but "
+                                               r"is a read-only export"):
+        add_one(x, DLPackOnly(frozen), target=target)
+    assert not frozen.any()
+
+
+def test_read_only_flag_of_a_versioned_export():
+    # torch.from_dlpack drops the flag, so the torch path reads it from the capsule.
+    frozen = np.zeros(4, np.float32)
+    frozen.flags.writeable = False
+    assert interop._export_is_read_only(DLPackOnly(frozen))
+    assert not interop._export_is_read_only(DLPackOnly(np.zeros(4, np.float32)))
+
+
+class FakeJaxArray(DLPackOnly):
+    """Stands for a jax.Array (matched by its module) where JAX is not installed."""
+
+
+FakeJaxArray.__module__ = "jaxlib._jax"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_jax_like_array_is_immutable(target, rng):
+    x = rng.standard_normal((2, 5)).astype(np.float32)
+    out = np.full((2, 5), np.nan, np.float32)
+    add_one(FakeJaxArray(x), out, target=target)
+    np.testing.assert_allclose(out, oracle(x), rtol=1e-6)
+    target_memory = np.zeros((2, 5), np.float32)
+    with pytest.raises(tn.ArgumentError, match=r"`Y` is written by the kernel but is a JAX "
+                                               r"array, and JAX arrays are immutable"):
+        add_one(x, FakeJaxArray(target_memory), target=target)
+    assert not target_memory.any()
+
+
+def test_real_jax_array(rng):
+    jnp = pytest.importorskip("jax.numpy")
+    x = rng.standard_normal((3, 3)).astype(np.float32)
+    out = np.full((3, 3), np.nan, np.float32)
+    add_one(jnp.asarray(x), out, target="cpu")
+    np.testing.assert_allclose(out, oracle(x), rtol=1e-6)
+    with pytest.raises(tn.ArgumentError, match="JAX arrays are immutable"):
+        add_one(x, jnp.zeros((3, 3), jnp.float32), target="cpu")
+
+
+class OnDevice(DLPackOnly):
+    def __init__(self, device: tuple) -> None:
+        super().__init__(np.zeros(2, np.float32))
+        self._device = device
+
+    def __dlpack_device__(self) -> tuple:
+        return self._device
+
+
+def test_devices_tilenest_cannot_address():
+    with pytest.raises(tn.ArgumentError, match="DLPack device type 7, which tilenest cannot "
+                                               "address"):
+        add_one(OnDevice((7, 0)), np.zeros(2, np.float32), target="reference")
+
+    class NoDevice:
+        def __dlpack__(self, **kwargs: Any) -> Any:
+            raise AssertionError("not called without a device")
+
+    with pytest.raises(tn.ArgumentError, match="has __dlpack__ but no __dlpack_device__"):
+        add_one(NoDevice(), np.zeros(2, np.float32), target="reference")
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(_cuda_available(), reason="checks the error where CUDA is missing")
+def test_cuda_producers_without_cuda_are_argument_errors():
+    with pytest.raises(tn.ArgumentError, match=r"CUDA memory of device 1; tilenest views "
+                                               r"CUDA memory through torch"):
+        add_one(OnDevice((2, 1)), np.zeros(2, np.float32), target="reference")
+
+    class CudaArrayInterface:
+        __cuda_array_interface__ = {"shape": (2,), "typestr": "<f4", "data": (0, False),
+                                    "version": 3}
+
+    with pytest.raises(tn.ArgumentError, match="exposes __cuda_array_interface__"):
+        add_one(CudaArrayInterface(), np.zeros(2, np.float32), target="reference")
+
+
+class FakeCudaTensor:
+    """What describe_tensor reads of a torch CUDA tensor, for machines without a GPU."""
+
+    def __init__(self, index: int) -> None:
+        import torch
+
+        self.device = torch.device("cuda", index)
+        self.dtype = torch.float32
+        self.shape = (4, 8)
+
+    def stride(self) -> tuple:
+        return (8, 1)
+
+    def data_ptr(self) -> int:
+        return 0
+
+
+FakeCudaTensor.__module__ = "torch.fake"
+
+
+def test_device_index_is_part_of_the_key():
+    pytest.importorskip("torch")
+    on0, on1 = describe_tensor(FakeCudaTensor(0), "X"), describe_tensor(FakeCudaTensor(1), "X")
+    assert (on0.device, on1.device) == ("cuda:0", "cuda:1")
+    assert on0.key() != on1.key()
+    assert on0.device.startswith("cuda") and on1.device.startswith("cuda")
+    assert describe_tensor(FakeCudaTensor(1), "X").key() == on1.key()
+    t = TensorType(dt.f32, (4, 8), (8, 1))
+    assert TensorArg("torch", "cuda:1", t).key() == on1.key()
+    assert describe_tensor(np.zeros((4, 8), np.float32), "X").device == "cpu"
+
+
+@pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU")
+def test_cupy_array_on_the_gpu(rng):
+    cupy = pytest.importorskip("cupy")
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    out = cupy.full((4, 16), cupy.nan, dtype=cupy.float32)
+    add_one(cupy.asarray(x), out, target="cuda")
+    np.testing.assert_allclose(cupy.asnumpy(out), oracle(x), rtol=1e-6)
+
+
+@pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU")
+def test_cuda_array_interface_producer(rng):
+    import torch
+
+    class CaiOnly:
+        def __init__(self, t: Any) -> None:
+            self._t = t
+            self.__cuda_array_interface__ = t.__cuda_array_interface__
+
+    x = torch.tensor(rng.standard_normal((4, 16)), dtype=torch.float32, device="cuda")
+    out = torch.full((4, 16), float("nan"), device="cuda")
+    add_one(CaiOnly(x), CaiOnly(out), target="cuda")
+    np.testing.assert_allclose(out.cpu().numpy(), oracle(x.cpu().numpy()), rtol=1e-6)
