@@ -1,17 +1,229 @@
-"""The per-specialization fast call path (issue 11; being written).
+"""The per-specialization fast call path (issue 11, item 2).
 
 `binder_for(compiled)` returns a callable `fast(args: tuple) -> bool` that launches the compiled
 kernel when `args` (the tensors alone, positional, in parameter order) match its
 specialization exactly and returns True; it returns False, having done nothing, when they do
 not (the caller then takes the full binding path, which reports the mismatch). None: this
 compiled kernel has no fast path.
+
+What `fast` checks is derived once from the specialization key's entries
+`(kind, device, dtype name, shape, strides, ...)`, cheapest fields first (the exact type, the
+dtype object, then the shape and stride tuples), plus what the full path would otherwise
+reject or copy: a numpy array the kernel writes must be writeable and aligned, a torch tensor
+must not carry the lazy negation / conjugation bits. Anything unusual (a subclass, an equal
+but distinct dtype object, an entry field it does not know) is a mismatch: the full path
+decides. The check and the pointer extraction are generated as one Python function per
+specialization, because a loop over per-argument checker objects costs more than the whole
+3 µs budget of a tiny kernel's call; the generated text has no branches that depend on
+values other than the key's constants.
+
+The backend executable (`compiled.executable.extras["executable"]`) provides the launch:
+`written` (per parameter), `spans` ((lo, hi) bytes relative to the base pointer, None when
+empty) and `launch(ptrs, aliased)`; the alias check is pointer arithmetic against bounds
+precomputed here from the spans.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import ctypes
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 
-def binder_for(compiled: Any) -> Callable[[tuple], bool] | None:
+from tilenest.ir import dtypes as dt
+
+FastCall = Callable[[tuple], bool]
+
+
+def alias_bounds(written: Sequence[bool], spans: Sequence[tuple[int, int] | None]
+                  ) -> list[tuple[int, int, int, int]]:
+    """(i, j, below, above) per pair of non-empty parameters of which one is written: their
+    spans overlap iff below < ptr[i] - ptr[j] < above."""
+    out = []
+    for i, span_i in enumerate(spans):
+        for j in range(i + 1, len(spans)):
+            span_j = spans[j]
+            if span_i is None or span_j is None or not (written[i] or written[j]):
+                continue
+            out.append((i, j, span_j[0] - span_i[1], span_j[1] - span_i[0]))
+    return out
+
+
+# -- numpy's data pointer without `x.ctypes.data` (1.6-1.8 µs: it builds a ctypes helper object)
+#
+# PyArrayObject keeps `char *data` right after PyObject_HEAD. The offset is found at import by
+# matching known arrays' `ctypes.data` (a view with an offset too, so a coincidence cannot
+# pass), and read through one ctypes array that spans the address space (indexing it costs
+# ~80 ns; `c_void_p.from_address` builds an object per read). Without a verified offset the
+# generated code falls back to `x.ctypes.data`.
+
+@functools.cache
+def _memory_words() -> Any:
+    return (ctypes.c_uint64 * (1 << 59)).from_address(0)
+
+
+@functools.cache
+def numpy_data_offset() -> int | None:
+    """Byte offset of the data pointer in a numpy array object, or None when not verified."""
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None
+    words = _memory_words()
+    base = np.arange(64, dtype=np.float64)
+    probes = (base, base[3:], base[::-2], np.zeros((3, 5), np.int32).T)
+    for offset in range(8, 129, 8):
+        if all(words[(id(p) + offset) >> 3] == p.ctypes.data for p in probes):
+            return offset
     return None
+
+
+@functools.cache
+def _torch_dtypes() -> dict[str, Any]:
+    """tilenest dtype name -> torch dtype."""
+    import torch
+
+    out = {}
+    for name in dir(torch):
+        value = getattr(torch, name)
+        if isinstance(value, torch.dtype):
+            d = dt.from_torch(value)
+            if d is not None:
+                out.setdefault(d.name, value)
+    return out
+
+
+def _numpy_dtype(name: str) -> np.dtype | None:
+    d = dt.BY_NAME.get(name)
+    if d is None:
+        return None
+    holder = d.numpy
+    return holder if dt.from_numpy(holder) is d else None  # bf16 has no numpy dtype
+
+
+class _Source:
+    """The generated function's text and the constants it names."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.env: dict[str, Any] = {}
+
+    def const(self, name: str, value: Any) -> str:
+        self.env[name] = value
+        return name
+
+    def line(self, text: str, depth: int = 1) -> None:
+        self.lines.append("    " * depth + text)
+
+
+def _numpy_checks(src: _Source, i: int, entry: tuple, written: bool) -> bool:
+    _, device, dname, shape, strides = entry[:5]
+    dtype = _numpy_dtype(dname)
+    if device != "cpu" or dtype is None:
+        return False
+    a = f"a{i}"
+    byte_strides = tuple(s * dtype.itemsize for s in strides)
+    src.const("ndarray", np.ndarray)
+    cond = (f"type({a}) is not ndarray or {a}.dtype is not {src.const(f'd{i}', dtype)} "
+            f"or {a}.shape != {src.const(f's{i}', tuple(shape))} "
+            f"or {a}.strides != {src.const(f'b{i}', byte_strides)}")
+    if written:
+        cond += f" or not {a}.flags.writeable"
+    src.line(f"if {cond}:", 2)
+    src.line("return False", 3)
+    offset = numpy_data_offset()
+    if offset is None:
+        src.line(f"p{i} = {a}.ctypes.data", 2)
+    else:
+        src.const("words", _memory_words())
+        src.line(f"p{i} = words[(id({a}) + {offset}) >> 3]", 2)
+    if dtype.alignment > 1:  # the full path rejects unaligned arrays (plain_tensor)
+        src.line(f"if p{i} & {dtype.alignment - 1}:", 2)
+        src.line("return False", 3)
+    return True
+
+
+def _torch_checks(src: _Source, i: int, entry: tuple) -> bool:
+    _, device, dname, shape, strides = entry[:5]
+    dtype = _torch_dtypes().get(dname)
+    if dtype is None:
+        return False
+    a = f"a{i}"
+    if device == "cpu":
+        where = f"not {a}.is_cpu"
+    elif device == "cuda":
+        where = f"not {a}.is_cuda"
+    elif device.startswith("cuda:") and device[5:].isdigit():
+        where = f"not {a}.is_cuda or {a}.get_device() != {int(device[5:])}"
+    else:
+        return False
+    import torch
+
+    src.const("Tensor", torch.Tensor)
+    # Lazy negation/conjugation: the memory does not hold the values (the full path copies).
+    lazy = f"{a}.is_neg()" + (f" or {a}.is_conj()" if dtype.is_complex else "")
+    cond = (f"type({a}) is not Tensor or {a}.dtype is not {src.const(f'd{i}', dtype)} "
+            f"or {where} or {a}.shape != {src.const(f's{i}', tuple(shape))} "
+            f"or {a}.stride() != {src.const(f'b{i}', tuple(strides))} or {lazy}")
+    src.line(f"if {cond}:", 2)
+    src.line("return False", 3)
+    src.line(f"p{i} = {a}.data_ptr()", 2)
+    return True
+
+
+def _generate(tensor_key: tuple, written: Sequence[bool],
+              spans: Sequence[tuple[int, int] | None], launch: Callable[..., None],
+              name: str) -> FastCall | None:
+    n = len(tensor_key)
+    if n == 0:
+        return None
+    src = _Source()
+    src.line("def fast(args):", 0)
+    src.line(f"if len(args) != {n}:")
+    src.line("return False", 2)
+    # Checks may raise on exotic inputs (a sparse tensor's stride()): a mismatch, not an error.
+    src.line("try:")
+    src.line(f"{', '.join(f'a{i}' for i in range(n))}, = args", 2)
+    for i, entry in enumerate(tensor_key):
+        if not isinstance(entry, tuple) or len(entry) < 5:
+            return None
+        kind = entry[0]
+        if kind == "numpy":
+            ok = _numpy_checks(src, i, entry, written[i])
+        elif kind == "torch":
+            ok = _torch_checks(src, i, entry)
+        else:
+            ok = False
+        if not ok:
+            return None
+    src.line("except Exception:")
+    src.line("return False", 2)
+    bounds = alias_bounds(written, spans)
+    aliased = " or ".join(f"{below} < p{i} - p{j} < {above}"
+                          for i, j, below, above in bounds) or "False"
+    ptrs = f"({', '.join(f'p{i}' for i in range(n))},)"
+    src.line(f"launch({ptrs}, {aliased})")
+    src.line("return True")
+    src.const("launch", launch)
+    text = "\n".join(src.lines) + "\n"
+    namespace = dict(src.env)
+    exec(compile(text, f"<tilenest fast call of {name}>", "exec"), namespace)  # noqa: S102
+    fast = namespace["fast"]
+    fast.source = text  # for debugging: what this specialization checks
+    return fast
+
+
+def binder_for(compiled: Any) -> FastCall | None:
+    """The fast call of `compiled` (a CompiledKernel), or None when its executable offers no
+    prepared launch or its key has an entry this binder does not know."""
+    exe = getattr(compiled.executable, "extras", {}).get("executable")
+    launch = getattr(exe, "launch", None)
+    written = getattr(exe, "written", None)
+    spans = getattr(exe, "spans", None)
+    if launch is None or written is None or spans is None:
+        return None
+    tensor_key = compiled.key[0]
+    if not (len(tensor_key) == len(written) == len(spans)
+            == len(compiled.kernel.tensor_params)):
+        return None
+    return _generate(tensor_key, written, spans, launch, compiled.kernel.name)

@@ -5,23 +5,33 @@ strides are part of the specialization key and therefore constants in the code).
 every call the launcher checks whether a written tensor overlaps any other argument: the
 fast build (loads of never-written tensors read memory in place) is only used when they
 are disjoint; otherwise a build that snapshots every load runs instead.
+
+The launch is prepared once per build (`_Step`s): a phase of one block, or any phase when the
+plan runs on one thread, is one ctypes call on the calling thread; only phases of several
+blocks wake the worker pool. Shapes and strides are fixed by the specialization, so each
+parameter's byte span relative to its base pointer (`spans`) is known at compile time and the
+alias check of a call (`overlaps`) is pointer arithmetic on precomputed bounds; the fast call
+path (`tilenest.runtime.binder`) uses the same `spans`, `written` and `launch`.
 """
 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from tilenest.backends.cpu.jit import CompiledModule, compile_ir, host_info
 from tilenest.backends.cpu.lower import LoweredModule, lower_function
 from tilenest.backends.cpu.plan import CpuPlan
-from tilenest.backends.cpu.stack import fits_on_this_thread
+from tilenest.backends.cpu.stack import UNCHECKED_FRAME_BYTES, fits_on_this_thread
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
+from tilenest.ir.types import TensorType
 from tilenest.runtime.args import is_torch_tensor
+from tilenest.runtime.binder import alias_bounds
 from tilenest.runtime.pool import PHASE_SIGNATURE, default_pool, run_on_known_stack
 
 
@@ -67,6 +77,50 @@ def _pointer_and_range(x: Any, name: str, written: bool) -> tuple[int, int, int]
     return ptr, ptr + lo, ptr + hi + itemsize
 
 
+def _span(t: TensorType) -> tuple[int, int] | None:
+    """[lo, hi) bytes relative to the base pointer that a tensor of type `t` can touch (None:
+    an empty tensor touches nothing)."""
+    if any(e == 0 for e in t.shape):
+        return None
+    itemsize = t.dtype.itemsize
+    lo = hi = 0
+    for e, s in zip(t.shape, t.strides, strict=True):
+        span = (e - 1) * s * itemsize
+        lo += min(0, span)
+        hi += max(0, span)
+    return lo, hi + itemsize
+
+
+# How a prepared phase runs (`_Step.mode`).
+_DIRECT = 0   # one ctypes call on the calling thread
+_POOLED = 1   # several blocks: the worker pool
+_CHECKED = 2  # one call, on this thread only if its stack holds the phase's frame
+
+
+class _Step(NamedTuple):
+    """One phase of a build as the launch runs it."""
+
+    entry: Any      # the ctypes function of the phase
+    programs: int
+    mode: int
+    frame_bytes: int
+
+
+class _CallSlot:
+    """One call's argument block and status word. Slots are taken from a free list shared by
+    the executable's callers (list.pop/append are atomic): concurrent calls never share a
+    status word, a nested call (a signal handler calling the kernel) takes another slot, and
+    filling a preallocated array costs a tenth of building one."""
+
+    __slots__ = ("args", "status", "address")
+
+    def __init__(self, nparams: int) -> None:
+        self.status = (ctypes.c_int32 * 1)()
+        self.args = (ctypes.c_void_p * (nparams + 1))()
+        self.args[nparams] = ctypes.addressof(self.status)
+        self.address = ctypes.addressof(self.args)
+
+
 class CpuExecutable:
     """A function compiled for the host CPU under one plan."""
 
@@ -76,55 +130,104 @@ class CpuExecutable:
         self.fast = _build(fn, plan, assume_no_alias=True)
         self._safe: Build | None = None
         stored = {op.operands[0] for op in fn.walk() if op.name == "store"}
-        self.written = [p.value in stored for p in fn.params]
+        self.written: tuple[bool, ...] = tuple(p.value in stored for p in fn.params)
+        self.spans: tuple[tuple[int, int] | None, ...] = tuple(
+            _span(p.value.type) for p in fn.params)
+        self.alias_bounds = tuple(alias_bounds(self.written, self.spans))
         self.last_build = "fast"
+        self._nparams = len(fn.params)
+        self._grain = max(1, plan.block_size * plan.blocks_per_task)
+        self._fast_steps = self._prepare(self.fast)
+        self._safe_steps: tuple[_Step, ...] = ()
+        self._free: list[_CallSlot] = []
 
     @property
     def safe(self) -> Build:
         if self._safe is None:
             if self.fast.lowered.streamed_loads == 0:
+                self._safe_steps = self._fast_steps
                 self._safe = self.fast
             else:
-                self._safe = _build(self.fn, self.plan, assume_no_alias=False)
+                safe = _build(self.fn, self.plan, assume_no_alias=False)
+                self._safe_steps = self._prepare(safe)
+                self._safe = safe
         return self._safe
 
-    def _choose(self, ranges: list[tuple[int, int, int]]) -> Build:
+    def _prepare(self, build: Build) -> tuple[_Step, ...]:
+        steps = []
+        for spec, entry in zip(build.lowered.phases, build.entries, strict=True):
+            if spec.programs == 0:
+                continue
+            if self.plan.num_threads != 1 and spec.programs > self._grain:
+                mode = _POOLED
+            elif spec.frame_bytes > UNCHECKED_FRAME_BYTES:
+                mode = _CHECKED
+            else:
+                mode = _DIRECT
+            steps.append(_Step(entry, spec.programs, mode, spec.frame_bytes))
+        return tuple(steps)
+
+    def overlaps(self, ptrs: Sequence[int]) -> bool:
+        """Whether a written argument's span overlaps another argument's (base pointers of a
+        call whose shapes and strides are this specialization's)."""
+        return any(below < ptrs[i] - ptrs[j] < above for i, j, below, above in self.alias_bounds)
+
+    def run(self, args: dict[str, Any]) -> None:
+        """The checked path: validate every argument, then launch."""
+        params = self.fn.params
+        ranges = [_pointer_and_range(args[p.name], p.name, w)
+                  for p, w in zip(params, self.written, strict=True)]
+        self.launch([r[0] for r in ranges], self._ranges_overlap(ranges))
+
+    def _ranges_overlap(self, ranges: list[tuple[int, int, int]]) -> bool:
         for i, (_, lo_i, hi_i) in enumerate(ranges):
             if not self.written[i] or lo_i == hi_i:
                 continue
             for j, (_, lo_j, hi_j) in enumerate(ranges):
                 if j != i and lo_j < hi_j and lo_i < hi_j and lo_j < hi_i:
-                    return self.safe
-        return self.fast
+                    return True
+        return False
 
-    def run(self, args: dict[str, Any]) -> None:
-        params = self.fn.params
-        ranges = [_pointer_and_range(args[p.name], p.name, w)
-                  for p, w in zip(params, self.written, strict=True)]
-        build = self._choose(ranges)
+    def launch(self, ptrs: Sequence[int], aliased: bool) -> None:
+        """Run the kernel on base pointers `ptrs` (parameter order) of arguments already
+        checked against this specialization; `aliased`: a written argument overlaps another,
+        so the build that snapshots every load runs. Raises BackendError on a run-time error
+        of this call."""
+        if aliased:
+            build = self.safe
+            steps = self._safe_steps
+        else:
+            build = self.fast
+            steps = self._fast_steps
         self.last_build = "fast" if build is self.fast else "safe"
-        # The status word belongs to this call: concurrent calls of one executable from
-        # several threads must not see (or clear) each other's run-time errors.
-        status = ctypes.c_int32(0)
-        ptrs = (ctypes.c_void_p * (len(params) + 1))(
-            *[r[0] for r in ranges], ctypes.addressof(status))
-        addr = ctypes.addressof(ptrs)
-        grain = max(1, self.plan.block_size * self.plan.blocks_per_task)
-        for spec, entry in zip(build.lowered.phases, build.entries, strict=True):
-            if spec.programs == 0:
-                continue
-            # Private tiles live on the stack: a calling thread whose stack cannot hold this
-            # phase's frame (a small threading.stack_size) leaves the work to threads whose
-            # stacks are known (pool workers, or one fresh thread).
-            here = fits_on_this_thread(spec.frame_bytes)
-            if self.plan.num_threads == 1 or spec.programs <= grain:
-                if here:
-                    entry(addr, 0, spec.programs)
+        free = self._free
+        try:
+            slot = free.pop()
+        except IndexError:
+            slot = _CallSlot(self._nparams)
+        status = slot.status
+        try:
+            slot.args[:self._nparams] = ptrs
+            addr = slot.address
+            for entry, programs, mode, frame_bytes in steps:
+                if mode == _DIRECT:
+                    entry(addr, 0, programs)
+                    continue
+                # Private tiles live on the stack: a calling thread whose stack cannot hold
+                # this phase's frame (a small threading.stack_size) leaves the work to threads
+                # whose stacks are known (pool workers, or one fresh thread).
+                here = fits_on_this_thread(frame_bytes)
+                if mode == _POOLED:
+                    default_pool().run(entry, addr, programs, self._grain, caller_works=here)
+                elif here:
+                    entry(addr, 0, programs)
                 else:
-                    run_on_known_stack(lambda e=entry, n=spec.programs: e(addr, 0, n))
-            else:
-                default_pool().run(entry, addr, spec.programs, grain, caller_works=here)
-        code = status.value
+                    run_on_known_stack(lambda e=entry, n=programs: e(addr, 0, n))
+        finally:
+            code = status[0]
+            if code:
+                status[0] = 0
+            free.append(slot)
         if code:
             errors = build.lowered.errors
             what = errors[code - 1] if 0 < code <= len(errors) else f"error code {code}"

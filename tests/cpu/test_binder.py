@@ -1,0 +1,296 @@
+"""The per-specialization fast call path (`tilenest.runtime.binder`, issue 11 item 2) on cpu.
+
+`binder_for(ck)(args)` must give what the full path `ck(*args)` gives, for numpy arrays and
+torch CPU tensors, offset views, negative strides and aliasing arguments (which take the safe
+build), and must return False, touching nothing, whenever the arguments are not exactly the
+compiled specialization or the full path would reject or copy them. Results are compared with
+the float64 reference interpreter on random inputs, outputs NaN-poisoned.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from tests.shared_contracts import divide, hammer
+
+import tilenest as tn
+from tilenest.backends.cpu import launch as cpu_launch
+from tilenest.runtime.binder import binder_for, numpy_data_offset
+
+torch = pytest.importorskip("torch")
+
+
+@tn.kernel
+def add(X, Y, O, *, BLOCK=1024):
+    (N,) = X.shape
+    for p in tn.parallel(tn.axis("g", tn.cdiv(N, BLOCK))):
+        b = tn.axis("b", BLOCK)
+        r = p.index() * BLOCK
+        O.tile((r,), (b,)).store(X.tile((r,), (b,)).load() * 2.0 + Y.tile((r,), (b,)).load())
+
+
+@tn.kernel
+def scaled_rows(X, Y, *, BM=4, SCALE=2.0):
+    R, C = X.shape
+    gm = tn.axis("gm", tn.cdiv(R, BM))
+    m, c = tn.axis("m", BM), tn.axis("c", C)
+    for p in tn.parallel(gm):
+        r0 = p.index() * BM
+        x = X.tile((r0, 0), (m, c)).load()
+        Y.tile((r0, 0), (m, c)).store(x * SCALE + 1.0)
+
+
+def rand(rng: np.random.Generator, *shape: int, dtype: type = np.float32) -> np.ndarray:
+    return rng.uniform(-2, 2, size=shape).astype(dtype)
+
+
+def add_oracle(x: np.ndarray, y: np.ndarray, block: int) -> np.ndarray:
+    out = np.full(x.shape, np.nan, np.float64)
+    tn.interpret(add, x.astype(np.float64), y.astype(np.float64), out, precision="float64",
+                 BLOCK=block)
+    return out
+
+
+def executable(ck: tn.CompiledKernel) -> cpu_launch.CpuExecutable:
+    return ck.executable.extras["executable"]
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(11)
+
+
+def test_numpy_data_pointer_is_read_from_the_array_object(rng) -> None:
+    assert numpy_data_offset() is not None, "the fast path would fall back to x.ctypes.data"
+    from tilenest.runtime.binder import _memory_words
+
+    words = _memory_words()
+    base = rng.standard_normal((7, 9))
+    for view in (base, base[2:, 3:], base[::-1, ::2], base.T, np.empty(0)):
+        assert words[(id(view) + numpy_data_offset()) >> 3] == view.ctypes.data
+
+
+@pytest.mark.parametrize("block,n", [(4096, 4096), (256, 1 << 16), (1024, 3000)])
+def test_fast_path_equals_full_path_and_reference(rng, block: int, n: int) -> None:
+    x, y = rand(rng, n), rand(rng, n)
+    ck = add.compile(x, y, np.empty_like(x), target="cpu", BLOCK=block)
+    fast = binder_for(ck)
+    assert fast is not None
+    for _ in range(3):  # fresh inputs every call: nothing is cached but the specialization
+        x, y = rand(rng, n), rand(rng, n)
+        got, full = np.full_like(x, np.nan), np.full_like(x, np.nan)
+        assert fast((x, y, got)) is True
+        ck(x, y, full)
+        np.testing.assert_array_equal(got, full)
+        np.testing.assert_allclose(got, add_oracle(x, y, block), rtol=1e-6, atol=1e-6)
+        assert executable(ck).last_build == "fast"
+
+
+def test_single_block_is_one_call_and_several_blocks_use_the_pool(rng) -> None:
+    one = add.compile(rand(rng, 4096), rand(rng, 4096), np.empty(4096, np.float32),
+                      target="cpu", BLOCK=4096)
+    assert [s.mode for s in executable(one)._fast_steps] == [cpu_launch._DIRECT]
+    many = add.compile(rand(rng, 1 << 16), rand(rng, 1 << 16), np.empty(1 << 16, np.float32),
+                       target="cpu", BLOCK=256, constraints={"num_threads": 2})
+    assert [s.mode for s in executable(many)._fast_steps] == [cpu_launch._POOLED]
+
+
+def test_torch_cpu_tensors(rng) -> None:
+    x, y = torch.from_numpy(rand(rng, 5000)), torch.from_numpy(rand(rng, 5000))
+    ck = add.compile(x, y, torch.empty(5000), target="cpu", BLOCK=512)
+    fast = binder_for(ck)
+    got, full = torch.full((5000,), float("nan")), torch.full((5000,), float("nan"))
+    assert fast((x, y, got))
+    ck(x, y, full)
+    assert torch.equal(got, full)
+    np.testing.assert_allclose(got.numpy(), add_oracle(x.numpy(), y.numpy(), 512), rtol=1e-6,
+                               atol=1e-6)
+    # A numpy array where a torch tensor was compiled (the same memory) is another
+    # specialization: the full path reports it.
+    assert fast((x.numpy(), y, got)) is False
+    # Lazy negation: the memory does not hold the values; the full path resolves a copy.
+    negated = x._neg_view()
+    assert negated.is_neg() and negated.stride() == x.stride()
+    assert fast((negated, y, got)) is False
+    # A subclass (nn.Parameter) is left to the full path.
+    assert fast((torch.nn.Parameter(x, requires_grad=False), y, got)) is False
+
+
+def test_torch_transposed_rows(rng) -> None:
+    x = torch.from_numpy(rand(rng, 24, 10)).t()  # 10 x 24, strides (1, 10)
+    y = torch.full((10, 24), float("nan"))
+    ck = scaled_rows.compile(x, y, target="cpu", BM=4, SCALE=3.0)
+    fast = binder_for(ck)
+    assert fast((x, y))
+    want = np.full((10, 24), np.nan)
+    tn.interpret(scaled_rows, x.numpy().astype(np.float64), want, precision="float64", BM=4,
+                 SCALE=3.0)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-6, atol=1e-6)
+    full = torch.full((10, 24), float("nan"))
+    ck(x, full)
+    assert torch.equal(y, full)
+    assert fast((x.contiguous(), y)) is False  # other strides
+
+
+def test_offset_views_and_negative_strides(rng) -> None:
+    n = 3000
+    buf = rand(rng, 3 * n + 7)
+    x, y = buf[5:5 + n], buf[::-3][:n]  # an offset view, a negative-stride view
+    out_buf = np.full(2 * n + 1, np.nan, np.float32)
+    out = out_buf[::-2][:n]
+    ck = add.compile(x, y, out, target="cpu", BLOCK=512)
+    fast = binder_for(ck)
+    assert fast((x, y, out))
+    assert executable(ck).last_build == "fast"
+    np.testing.assert_allclose(out, add_oracle(x, y, 512), rtol=1e-6, atol=1e-6)
+    assert np.isnan(out_buf[::-2][n:]).all() and np.isnan(out_buf[-2::-2]).all()
+    # The same views elsewhere in fresh buffers: other pointers, same specialization.
+    buf2 = rand(rng, 3 * n + 7)
+    out_buf2 = np.full(2 * n + 1, np.nan, np.float32)
+    assert fast((buf2[5:5 + n], buf2[::-3][:n], out_buf2[::-2][:n]))
+    np.testing.assert_allclose(out_buf2[::-2][:n],
+                               add_oracle(buf2[5:5 + n], buf2[::-3][:n], 512), rtol=1e-6,
+                               atol=1e-6)
+
+
+# Overlaps across programs are races by the contract of `parallel` (§4.1): the shifted and
+# reversed cases run as one program (BLOCK = n), where a load is a snapshot (§4.2).
+@pytest.mark.parametrize("case,block", [("in_place", 512), ("in_place", 4096),
+                                        ("shifted_output", 4096), ("shifted_input", 4096),
+                                        ("reversed_output", 4096)])
+def test_aliasing_arguments_take_the_safe_build(rng, case: str, block: int) -> None:
+    n = 4096
+    ck = add.compile(rand(rng, n), rand(rng, n), np.empty(n, np.float32), target="cpu",
+                     BLOCK=block)
+    exe = executable(ck)
+    assert exe.fast.lowered.streamed_loads > 0, "no streamed load: aliasing would not matter"
+    fast = binder_for(ck)
+
+    def arguments(buf: np.ndarray, other: np.ndarray) -> tuple:
+        if case == "in_place":
+            return buf[:n], other, buf[:n]
+        if case == "shifted_output":
+            return buf[:n], other, buf[1:n + 1]
+        if case == "shifted_input":
+            return buf[1:n + 1], other, buf[:n]
+        return buf[:n], other, buf[n - 1::-1]  # O reversed over X's memory
+
+    if case == "reversed_output":
+        # A negative-stride output: a specialization of its own.
+        buf = rand(rng, n)
+        ck = add.compile(buf, rand(rng, n), buf[::-1], target="cpu", BLOCK=block)
+        exe, fast = executable(ck), binder_for(ck)
+
+    buf, other = rand(rng, 2 * n + 1), rand(rng, n)
+    # The reference on the same aliasing structure (float64 copies of the same layout).
+    ref_buf = buf.astype(np.float64)
+    ref_args = arguments(ref_buf, other.astype(np.float64))
+    tn.interpret(add, *ref_args, precision="float64", BLOCK=block)
+    want = np.array(ref_args[2])
+    got_args = arguments(buf.copy(), other)
+    assert fast(got_args)
+    assert exe.last_build == "safe"
+    np.testing.assert_allclose(got_args[2], want, rtol=1e-6, atol=1e-6)
+    full_args = arguments(buf.copy(), other)
+    ck(*full_args)
+    np.testing.assert_array_equal(full_args[2], got_args[2])
+    # Disjoint arguments of the same specialization take the fast build again.
+    x, y, o = rand(rng, n), rand(rng, n), np.full(n, np.nan, np.float32)
+    disjoint = (x, y, o[::-1]) if case == "reversed_output" else (x, y, o)
+    assert fast(disjoint)
+    assert exe.last_build == "fast"
+
+
+def test_read_only_output_is_left_to_the_full_path(rng) -> None:
+    x, y = rand(rng, 1000), rand(rng, 1000)
+    out = np.full(1000, np.nan, np.float32)
+    ck = add.compile(x, y, out, target="cpu", BLOCK=256)
+    fast = binder_for(ck)
+    out.flags.writeable = False
+    assert fast((x, y, out)) is False
+    assert np.isnan(out).all()
+    with pytest.raises(tn.ArgumentError, match="read-only"):
+        ck(x, y, out)
+    x.flags.writeable = False  # a read-only input is fine
+    writable = np.full(1000, np.nan, np.float32)
+    assert fast((x, y, writable))
+    np.testing.assert_allclose(writable, add_oracle(x, y, 256), rtol=1e-6, atol=1e-6)
+
+
+def test_mismatches_return_false_and_touch_nothing(rng) -> None:
+    n = 2048
+    x, y = rand(rng, n), rand(rng, n)
+    ck = add.compile(x, y, np.empty_like(x), target="cpu", BLOCK=512)
+    fast = binder_for(ck)
+    out = np.full(n, np.nan, np.float32)
+    unaligned = np.frombuffer(bytearray(4 * n + 1), np.float32, count=n, offset=1)
+    assert not unaligned.flags.aligned
+    cases = {
+        "shape": (rand(rng, n + 1)[:n + 1], y, out),
+        "dtype": (x.astype(np.float64), y, out),
+        "byte order": (x.astype(">f4"), y, out),
+        "strides": (rand(rng, 2 * n)[::2], y, out),
+        "type": (x.tolist(), y, out),
+        "subclass": (x.view(np.memmap), y, out),
+        "masked": (np.ma.masked_array(x), y, out),
+        "torch for numpy": (torch.from_numpy(x), y, out),
+        "too few": (x, y),
+        "too many": (x, y, out, out),
+        "unaligned": (unaligned, y, out),
+        "none": (None, y, out),
+    }
+    for what, args in cases.items():
+        assert fast(args) is False, what
+        assert np.isnan(out).all(), what
+
+
+def test_concurrent_calls_of_one_compiled_kernel(rng) -> None:
+    n, threads, calls = 1 << 14, 6, 40
+    ck = add.compile(rand(rng, n), rand(rng, n), np.empty(n, np.float32), target="cpu",
+                     BLOCK=1024)
+    fast = binder_for(ck)
+    inputs = [(rand(rng, n), rand(rng, n)) for _ in range(threads)]
+    wants = [add_oracle(x, y, 1024) for x, y in inputs]
+    failures: list[str] = []
+    start = threading.Barrier(threads)
+
+    def worker(k: int) -> None:
+        x, y = inputs[k]
+        start.wait()
+        for _ in range(calls):
+            out = np.full(n, np.nan, np.float32)
+            if not fast((x, y, out)):
+                failures.append(f"thread {k}: fast path refused")
+            elif not np.allclose(out, wants[k], rtol=1e-6, atol=1e-6):
+                failures.append(f"thread {k}: wrong result")
+
+    pool = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in pool)
+    assert not failures, failures[:5]
+
+
+def test_run_time_error_raises_at_the_call() -> None:
+    n = 1 << 12
+    bad = divide.compile(np.zeros(n, np.int64), target="cpu", SHIFT=0)
+    good = divide.compile(np.zeros(n, np.int64), target="cpu", SHIFT=3)
+    fast_bad, fast_good = binder_for(bad), binder_for(good)
+    with pytest.raises(tn.BackendError, match="division by zero"):
+        fast_bad((np.zeros(n, np.int64),))
+    ys = [np.full(n, -1, np.int64) for _ in range(6)]
+    outcomes = hammer([lambda y=y: fast_bad((y,)) for y in ys[:3]]
+                      + [lambda y=y: fast_good((y,)) for y in ys[3:]], 30)
+    assert sorted(set(outcomes)) == ["raised", "returned"]
+    assert outcomes.count("raised") == outcomes.count("returned") == 90
+    want = np.full(n, -1, np.int64)
+    tn.interpret(divide, want, SHIFT=3)
+    for y in ys[3:]:
+        np.testing.assert_array_equal(y, want)
+    y = np.full(n, -1, np.int64)
+    assert fast_good((y,))  # an earlier error does not stick to the executable
+    np.testing.assert_array_equal(y, want)
