@@ -25,18 +25,23 @@ from tilenest.examples import (
     layernorm,
     masked_softmax,
     rmsnorm,
+    rmsnorm_backward,
     rope,
     softmax,
+    softmax_backward,
     swiglu,
 )
 from tilenest.examples.common import Case as Case
 from tilenest.examples.common import Example as Example
 
 EXAMPLES: dict[str, Example] = {
-    m.EXAMPLE.name: m.EXAMPLE
-    for m in (gemm, gemm_transposed, softmax, masked_softmax, layernorm, rmsnorm,
-              gelu_residual, swiglu, rope, attention, flash_attention, gqa_decode,
-              cross_entropy)
+    ex.name: ex
+    for ex in (*(m.EXAMPLE for m in (gemm, gemm_transposed, softmax, masked_softmax, layernorm,
+                                      rmsnorm, gelu_residual, swiglu, rope, attention,
+                                      flash_attention, gqa_decode, cross_entropy)),
+               # The backward passes (tilenest.examples.autograd calls them); RMSNorm's dW
+               # is a second kernel, its reduction runs over rows.
+               softmax_backward.EXAMPLE, rmsnorm_backward.EXAMPLE, rmsnorm_backward.DW_EXAMPLE)
 }
 
 
@@ -51,6 +56,7 @@ OUTPUT_SHAPES: dict[str, Callable[[dict[str, int]], tuple[int, ...]]] = {
     "gemm": lambda s: (s["M"], s["N"]),
     "gemm_transposed": lambda s: (s["M"], s["N"]),
     "cross_entropy": lambda s: (s["M"],),
+    "rmsnorm_backward_dw": lambda s: (s["N"],),
 }
 
 
