@@ -1,10 +1,14 @@
 """`tilenest bench`: runs a benchmark suite of a source checkout (`benchmarks/`) with a
-progress bar, prints its tables and writes JSON, markdown and a PNG plot."""
+progress bar, prints its tables and writes JSON, markdown and a PNG plot; without a checkout
+(an installed package) or with `--compact`, the compact in-package benchmark
+(`tilenest.benchmark`: the examples against numpy and torch), printed and, with `--out`,
+written as JSON."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -23,18 +27,34 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sections", default="cases,compile,overhead",
                    help="comma-separated parts: cases, compile, overhead")
     p.add_argument("--out", default=None,
-                   help="output folder (default: benchmarks/results, or results/quick)")
+                   help="output folder (default: benchmarks/results, or results/quick; the "
+                        "compact benchmark writes only when given one)")
+    p.add_argument("--compact", action="store_true",
+                   help="run the compact in-package benchmark even in a source checkout")
+    p.add_argument("--scale", type=int, default=None,
+                   help="compact benchmark: multiply the demo shapes' dimensions above 8 "
+                        "(default 4, 1 with --quick)")
+
+
+def checkout_root() -> Path | None:
+    """The source checkout whose `benchmarks/` suites `tilenest bench` runs: the working
+    directory, or the one this module was loaded from (an editable install); None for an
+    installed package run elsewhere."""
+    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        if (root / "benchmarks" / "cpu_suite.py").exists() and (root / "src" / "tilenest").exists():
+            return root
+    return None
 
 
 def _suite(name: str) -> Any:
-    """`benchmarks.<name>` of the source checkout (the working directory or this package's)."""
-    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
-        if (root / "benchmarks" / "__init__.py").exists() and (root / "examples").exists():
-            if str(root) not in sys.path:
-                sys.path.insert(0, str(root))
-            return importlib.import_module(f"benchmarks.{name}")
-    raise SystemExit("tilenest bench: run it from a tilenest source checkout "
-                     "(benchmarks/ and examples/ not found)")
+    """`benchmarks.<name>` of the source checkout."""
+    root = checkout_root()
+    if root is None:
+        raise SystemExit("tilenest bench: the full suites need a tilenest source checkout "
+                         "(benchmarks/ not found); without one, the compact benchmark runs")
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def _run_cuda(args: argparse.Namespace) -> int:
@@ -56,6 +76,8 @@ def _run_cuda(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.compact or checkout_root() is None:
+        return run_compact_command(args)
     if args.target == "cuda":
         return _run_cuda(args)
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # before anything imports torch
@@ -110,3 +132,39 @@ def _print_tables(console: Any, report: Any, doc: dict[str, Any]) -> None:
         console.print(table)
     for line in report.failures(doc):
         console.print(f"[red]failure[/red]: {line}", highlight=False)
+
+
+def run_compact_command(args: argparse.Namespace) -> int:
+    """The compact in-package benchmark: tables on stdout, JSON under --out when given."""
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # before anything imports torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from tilenest.benchmark.runner import run_compact, table_rows
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    names = tuple(b for b in _split(args.baselines) if b in ("numpy", "torch"))
+    with console.status("benchmarking") as status:
+        rows = run_compact(target=args.target, quick=args.quick,
+                           only=_split(args.only) if args.only else None,
+                           baseline_names=names, scale=args.scale,
+                           progress=lambda name: status.update(f"benchmarking {name}"))
+    header, cells = table_rows(rows, names)
+    table = Table(title="tilenest examples vs baselines (median ms per call, "
+                        "speedup = t_baseline / t_tilenest)")
+    for i, col in enumerate(header):
+        table.add_column(col, justify="left" if i < 3 else "right")
+    for line in cells:
+        table.add_row(*(f"[red]{c}[/red]" if c in ("NO", "ERROR") else c for c in line))
+    console.print(table)
+    for r in rows:
+        if r.error:
+            console.print(f"[red]error[/red] {r.kernel}: {r.error}", highlight=False, markup=False)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"bench-compact-{args.target}.json"
+        path.write_text(json.dumps({"target": args.target, "quick": args.quick,
+                                    "rows": [r.as_dict() for r in rows]}, indent=1) + "\n")
+        console.print(f"json: {path}", highlight=False)
+    return 0 if rows and all(r.ok for r in rows) else 1

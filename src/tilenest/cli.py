@@ -118,7 +118,8 @@ def bench(args: argparse.Namespace) -> int:
 
 
 def _explain_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kernel", help="FILE::KERNEL (a Python file and a @tn.kernel in it)")
+    p.add_argument("kernel", help="FILE::KERNEL or MODULE::KERNEL (a Python file or an "
+                                  "importable module, and a @tn.kernel in it)")
     p.add_argument("--target", default="cpu", help="target to plan for (default: cpu)")
     p.add_argument("--shapes", default=None,
                    help="an example module's problem size (M=100,N=90), or tensor shapes "
@@ -176,13 +177,37 @@ def _module_name(path: Path) -> str:
 
 
 def load_kernel(target: str, command_name: str) -> tuple[Any, Any]:
-    """(module, kernel) of `FILE::KERNEL`: the file imported under its package's name."""
-    import importlib.util
-
+    """(module, kernel) of `FILE::KERNEL` (the file imported under its package's name) or of
+    `MODULE::KERNEL` (an importable dotted name, `tilenest.examples.gemm::gemm`)."""
     path, _, name = target.partition("::")
     if not name:
-        raise SystemExit(f"tilenest {command_name}: expected FILE::KERNEL")
+        raise SystemExit(f"tilenest {command_name}: expected FILE::KERNEL or MODULE::KERNEL")
+    if _is_module_name(path):
+        try:
+            module = importlib.import_module(path)
+        except ModuleNotFoundError as e:
+            raise SystemExit(f"tilenest {command_name}: no file {path!r} and no importable "
+                             f"module of that name ({e})") from None
+    else:
+        module = _import_file(path, command_name)
+    kern = getattr(module, name, None)
+    if kern is None:
+        raise SystemExit(f"tilenest {command_name}: {path} has no kernel {name!r}")
+    return module, kern
+
+
+def _is_module_name(path: str) -> bool:
+    """A dotted name, not a file: an existing file wins (`gemm` in the working directory)."""
+    return (not Path(path).exists() and not path.endswith(".py") and "/" not in path
+            and all(part.isidentifier() for part in path.split(".")))
+
+
+def _import_file(path: str, command_name: str) -> Any:
+    import importlib.util
+
     resolved = Path(path).resolve()
+    if not resolved.is_file():
+        raise SystemExit(f"tilenest {command_name}: no file {path!r}")
     root = str(resolved.parent.parent)
     if root not in sys.path:
         sys.path.insert(0, root)
@@ -194,10 +219,7 @@ def load_kernel(target: str, command_name: str) -> tuple[Any, Any]:
             raise SystemExit(f"tilenest {command_name}: cannot import {path}")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-    kern = getattr(module, name, None)
-    if kern is None:
-        raise SystemExit(f"tilenest {command_name}: {path} has no kernel {name!r}")
-    return module, kern
+    return module
 
 
 @command("explain", "plan a kernel and show why its plan won (candidates, costs, rejected)",
