@@ -4,7 +4,8 @@ device index in the specialization key.
 Covers: an object with only `__dlpack__`/`__dlpack_device__` (over numpy and over torch,
 including bfloat16, which numpy cannot view), strided exports, the written result landing
 in the producer's memory, read-only exports and JAX arrays (immutable) written by a kernel,
-devices tilenest cannot address, CuPy and JAX when installed, and `cuda:N` in the key.
+devices tilenest cannot address, JAX when installed, and `cuda:N` in the key (CUDA
+producers on a GPU: tests/cuda/test_cuda_foreign_arrays.py).
 Numerical checks compare with the float64 reference interpreter on random inputs, outputs
 NaN-poisoned.
 """
@@ -226,27 +227,3 @@ def test_device_index_is_part_of_the_key():
     t = TensorType(dt.f32, (4, 8), (8, 1))
     assert TensorArg("torch", "cuda:1", t).key() == on1.key()
     assert describe_tensor(np.zeros((4, 8), np.float32), "X").device == "cpu"
-
-
-@pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU")
-def test_cupy_array_on_the_gpu(rng):
-    cupy = pytest.importorskip("cupy")
-    x = rng.standard_normal((4, 16)).astype(np.float32)
-    out = cupy.full((4, 16), cupy.nan, dtype=cupy.float32)
-    add_one(cupy.asarray(x), out, target="cuda")
-    np.testing.assert_allclose(cupy.asnumpy(out), oracle(x), rtol=1e-6)
-
-
-@pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU")
-def test_cuda_array_interface_producer(rng):
-    import torch
-
-    class CaiOnly:
-        def __init__(self, t: Any) -> None:
-            self._t = t
-            self.__cuda_array_interface__ = t.__cuda_array_interface__
-
-    x = torch.tensor(rng.standard_normal((4, 16)), dtype=torch.float32, device="cuda")
-    out = torch.full((4, 16), float("nan"), device="cuda")
-    add_one(CaiOnly(x), CaiOnly(out), target="cuda")
-    np.testing.assert_allclose(out.cpu().numpy(), oracle(x.cpu().numpy()), rtol=1e-6)
