@@ -80,10 +80,14 @@ def _claims(ntasks: int, parts: int) -> tuple[tuple[int, int], ...]:
 
 
 class _Launch:
-    """State of one `run` call, shared by the threads taking part in it."""
+    """State of one `run` call, shared by the threads taking part in it.
 
-    __slots__ = ("fn", "args_ptr", "total", "grain", "claims", "next", "error", "cond",
-                 "arrived", "active", "closed", "joined")
+    Only C-level primitives per launch (a mutex and a lock used as a one-shot event): a
+    `threading.Condition` is Python code to build, to wait on (a fresh lock per wait) and to
+    notify, which a launch of a few microseconds of work would pay several times over."""
+
+    __slots__ = ("fn", "args_ptr", "total", "grain", "claims", "next", "error", "mutex",
+                 "done", "expected", "waiting", "arrived", "active", "closed", "joined")
 
     def __init__(self, fn: PhaseFn, args_ptr: int, total: int, grain: int, ntasks: int,
                  parts: int) -> None:
@@ -94,7 +98,11 @@ class _Launch:
         self.claims = _claims(ntasks, parts)
         self.next = itertools.count()  # next() is atomic: no lock held while claiming
         self.error: BaseException | None = None
-        self.cond = threading.Condition(threading.Lock())
+        self.mutex = threading.Lock()  # guards the counters and flags below
+        self.done = threading.Lock()  # held until a waiting caller may go on
+        self.done.acquire()
+        self.expected = -1  # workers a caller that does not work waits for (-1: none)
+        self.waiting = False  # a caller waits on `done`; the worker that frees it clears this
         self.arrived = 0  # workers that entered so far
         self.active = 0  # workers inside `work`
         self.closed = False  # set by the caller: workers that arrive later do nothing
@@ -117,9 +125,15 @@ class _Launch:
         finally:
             _local.in_task = False
 
+    def _finished(self) -> bool:
+        """(mutex held) Whether a waiting caller may go on: no worker inside, and the launch
+        closed, failed, or every expected worker has been in and out."""
+        return self.active == 0 and (self.closed or self.error is not None
+                                     or self.arrived == self.expected)
+
     # -- worker side
     def enter(self) -> bool:
-        with self.cond:
+        with self.mutex:
             if self.closed:
                 return False
             self.arrived += 1
@@ -127,26 +141,41 @@ class _Launch:
             return True
 
     def leave(self) -> None:
-        with self.cond:
+        with self.mutex:
             self.active -= 1
-            self.cond.notify_all()  # the caller waits for active == 0 (or all arrived)
+            if self.waiting and self._finished():
+                # Released under the mutex: a caller that drains `done` under it never
+                # sees a release meant for an earlier wait.
+                self.waiting = False
+                self.done.release()
 
     # -- caller side
+    def _wait(self) -> None:
+        """Return once finished. After an interrupted wait a release may have come without
+        being taken: it is drained (under the mutex, where releases happen) before waiting
+        again, so only a release for this wait wakes it."""
+        with self.mutex:
+            if self._finished():
+                self.waiting = False
+                return
+            self.done.acquire(blocking=False)
+            self.waiting = True
+        self.done.acquire()
+
     def wait_for_workers(self, posted: int) -> None:
         """The caller does not work: wait until the `posted` workers have all been in and
         out (so every claim was run), or until a failure cancels the launch."""
-        with self.cond:
-            while self.error is None and (self.arrived < posted or self.active):
-                self.cond.wait()
+        with self.mutex:
+            self.expected = posted
+        self._wait()
 
     def close_and_wait(self) -> None:
         """No worker enters after this; return once none is inside. Interruptible, and safe
         to call again after an interruption."""
-        with self.cond:
+        with self.mutex:
             self.closed = True
-            while self.active:
-                self.cond.wait()
-            self.joined = True
+        self._wait()
+        self.joined = True
 
 
 def _join(launch: _Launch) -> None:
