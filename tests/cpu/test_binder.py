@@ -294,3 +294,51 @@ def test_run_time_error_raises_at_the_call() -> None:
     y = np.full(n, -1, np.int64)
     assert fast_good((y,))  # an earlier error does not stick to the executable
     np.testing.assert_array_equal(y, want)
+
+
+class _RecordingExecutable:
+    """A backend executable that records its launches (the binder's protocol alone)."""
+
+    def __init__(self, nparams: int, accepts_pointers: bool = True) -> None:
+        self.written = (False,) * (nparams - 1) + (True,)
+        self.spans = ((0, 64),) * nparams
+        self.accepts_pointers = accepts_pointers
+        self.calls: list[tuple] = []
+
+    def launch(self, ptrs, aliased, *device) -> None:
+        self.calls.append((tuple(ptrs), aliased, *device))
+
+
+def _fake_compiled(key: tuple, exe: _RecordingExecutable) -> object:
+    from types import SimpleNamespace
+
+    kernel = SimpleNamespace(tensor_params=[f"t{i}" for i in range(len(key))], name="fake")
+    return SimpleNamespace(key=(key, ()), kernel=kernel,
+                           executable=SimpleNamespace(extras={"executable": exe}))
+
+
+def test_cuda_keys_check_the_device_and_pass_its_index() -> None:
+    entry = ("torch", "cuda:1", "f32", (16,), (1,))
+    exe = _RecordingExecutable(2)
+    fast = binder_for(_fake_compiled((entry, entry), exe))
+    assert fast is not None and "launch((p0, p1,), " in fast.source
+    assert fast.source.rstrip().splitlines()[-2].endswith(", 1)")  # the device index
+    cpu = torch.zeros(16)
+    assert fast((cpu, cpu.clone())) is False  # CPU tensors for a cuda:1 specialization
+    assert exe.calls == []
+    assert binder_for(_fake_compiled((entry, entry), _RecordingExecutable(2, False))) is None
+    unknown = ("cupy", "cuda:0", "f32", (16,), (1,))
+    assert binder_for(_fake_compiled((unknown, unknown), _RecordingExecutable(2))) is None
+
+
+def test_alias_check_of_the_generated_code_matches_the_spans() -> None:
+    entry = ("numpy", "cpu", "f32", (16,), (1,))
+    exe = _RecordingExecutable(2)
+    fast = binder_for(_fake_compiled((entry, entry), exe))
+    buf = np.zeros(64, np.float32)
+    for shift in range(-20, 21):  # spans of 64 bytes = 16 floats: overlap iff |shift| < 16
+        a = buf[20:36]
+        b = buf[20 + shift:36 + shift]
+        exe.calls.clear()
+        assert fast((a, b))
+        assert exe.calls == [((a.ctypes.data, b.ctypes.data), abs(shift) < 16)], shift

@@ -19,8 +19,9 @@ values other than the key's constants.
 
 The backend executable (`compiled.executable.extras["executable"]`) provides the launch:
 `written` (per parameter), `spans` ((lo, hi) bytes relative to the base pointer, None when
-empty) and `launch(ptrs, aliased)`; the alias check is pointer arithmetic against bounds
-precomputed here from the spans.
+empty) and `launch(ptrs, aliased)` (`launch(ptrs, aliased, device_index)` when the key's
+tensors are on `cuda:N`); an executable whose `accepts_pointers` is False has no fast path.
+The alias check is pointer arithmetic against bounds precomputed here from the spans.
 """
 
 from __future__ import annotations
@@ -171,6 +172,17 @@ def _torch_checks(src: _Source, i: int, entry: tuple) -> bool:
     return True
 
 
+def _cuda_index(tensor_key: tuple) -> int | None:
+    """The one CUDA device index of a key whose tensors are all on `cuda:N` (else None)."""
+    devices = {e[1] for e in tensor_key if isinstance(e, tuple) and len(e) > 1}
+    if len(devices) != 1:
+        return None
+    (device,) = devices
+    if isinstance(device, str) and device.startswith("cuda:") and device[5:].isdigit():
+        return int(device[5:])
+    return None
+
+
 def _generate(tensor_key: tuple, written: Sequence[bool],
               spans: Sequence[tuple[int, int] | None], launch: Callable[..., None],
               name: str) -> FastCall | None:
@@ -202,7 +214,8 @@ def _generate(tensor_key: tuple, written: Sequence[bool],
     aliased = " or ".join(f"{below} < p{i} - p{j} < {above}"
                           for i, j, below, above in bounds) or "False"
     ptrs = f"({', '.join(f'p{i}' for i in range(n))},)"
-    src.line(f"launch({ptrs}, {aliased})")
+    index = _cuda_index(tensor_key)  # the CUDA launch takes the tensors' device index
+    src.line(f"launch({ptrs}, {aliased}{'' if index is None else f', {index}'})")
     src.line("return True")
     src.const("launch", launch)
     text = "\n".join(src.lines) + "\n"
@@ -221,6 +234,8 @@ def binder_for(compiled: Any) -> FastCall | None:
     written = getattr(exe, "written", None)
     spans = getattr(exe, "spans", None)
     if launch is None or written is None or spans is None:
+        return None
+    if not getattr(exe, "accepts_pointers", True):  # e.g. launches that copy from tensors
         return None
     tensor_key = compiled.key[0]
     if not (len(tensor_key) == len(written) == len(spans)
