@@ -82,3 +82,19 @@ def test_cuda_gradcheck_and_against_torch() -> None:
                    lambda x, w: torch.nn.functional.rms_norm(x, (45,), w, 1e-6), [x32, w32],
                    13)
     _against_torch(softmax, lambda x: torch.softmax(x, dim=-1), [x32], 14)
+
+
+def test_compiled_training_step_matches_eager() -> None:
+    """torch.compile(fullgraph=True) traces both Functions, forward and backward (aot_eager:
+    AOT autograd and functionalization of the ops, without inductor's code generation)."""
+    torch._dynamo.reset()
+
+    def loss(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (softmax(rms_norm(x, w)) * torch.arange(x.shape[-1])).sum()
+
+    x, w = leaf(6, 20, dtype=torch.float32, seed=15), leaf(20, dtype=torch.float32, seed=16)
+    torch.compile(loss, fullgraph=True, backend="aot_eager")(x, w).backward()
+    compiled_grads = (x.grad.clone(), w.grad.clone())
+    x.grad = w.grad = None
+    loss(x, w).backward()
+    assert torch.equal(compiled_grads[0], x.grad) and torch.equal(compiled_grads[1], w.grad)

@@ -261,3 +261,20 @@ def test_cuda_op_and_torch_compile() -> None:
 
     out = torch.compile(f, fullgraph=True)(x, w)
     assert rel_err(out.cpu(), 2.0 * rms_ref(x.cpu(), w.cpu(), 1e-3)) < 1e-5
+
+
+def test_torch_compile_dynamic_shapes() -> None:
+    """With symbolic sizes the fake rule cannot capture; the real call still checks."""
+    torch._dynamo.reset()
+    name = fresh("rmsnorm_dynamic")
+    op = register(rmsnorm.rmsnorm, name, mutates=("Y",))
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = torch.empty_like(x)
+        op(x, w, y)
+        return y * 2.0
+
+    compiled = torch.compile(f, fullgraph=True, dynamic=True, backend="aot_eager")
+    for rows in (5, 9):
+        x, w = torch.randn(rows, 20), torch.randn(20)
+        assert rel_err(compiled(x, w), 2.0 * rms_ref(x, w)) < 1e-5

@@ -5,7 +5,7 @@
     (y.sum() + p.sum()).backward()
 
 Each `torch.autograd.Function` calls its kernels through torch ops (`Kernel.torch_op`'s
-`register`, once per process, namespace `tilenest_examples`), so `torch.compile(fullgraph=True)`
+`register`, at import, namespace `tilenest_examples`), so `torch.compile(fullgraph=True)`
 traces a training step that uses them. The forward kernels here are the forward examples'
 math (`rmsnorm`, `softmax`) with two differences a training pass needs: RMSNorm's forward also
 writes each row's 1/rms (`RSTD`, what the backward reads instead of recomputing it), and both
@@ -19,7 +19,6 @@ the CPU or on a CUDA device (the kernels follow the tensors).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
@@ -61,21 +60,17 @@ def softmax_forward(X, Y, *, ROWS=tn.tunable(8, 1, 2, 4)):
         Y.tile((r0, 0), (r, c)).store(e * (1.0 / tn.sum(e, axis=c)))
 
 
-@functools.cache
-def ops() -> Any:
-    """The torch ops of the five kernels (registered on first use, once per process)."""
-    def op(kernel: Any, *mutates: str) -> Any:
-        return register(kernel, f"{NAMESPACE}::{kernel.name}", mutates=mutates)
-
-    return _Ops(op(rmsnorm_forward, "Y", "RSTD"), op(rmsnorm_backward, "DX"),
-                op(rmsnorm_backward_dw, "DW"), op(softmax_forward, "Y"),
-                op(softmax_backward, "DX"))
+def _op(kernel: Any, *mutates: str) -> Any:
+    return register(kernel, f"{NAMESPACE}::{kernel.name}", mutates=mutates)
 
 
-class _Ops:
-    def __init__(self, rms_fwd: Any, rms_dx: Any, rms_dw: Any, sm_fwd: Any, sm_dx: Any) -> None:
-        self.rms_fwd, self.rms_dx, self.rms_dw = rms_fwd, rms_dx, rms_dw
-        self.sm_fwd, self.sm_dx = sm_fwd, sm_dx
+# Registered at import, not on first use: torch.compile traces the Functions' bodies, and a
+# registration inside a traced region would be traced too.
+RMSNORM_FORWARD = _op(rmsnorm_forward, "Y", "RSTD")
+RMSNORM_BACKWARD = _op(rmsnorm_backward, "DX")
+RMSNORM_BACKWARD_DW = _op(rmsnorm_backward_dw, "DW")
+SOFTMAX_FORWARD = _op(softmax_forward, "Y")
+SOFTMAX_BACKWARD = _op(softmax_backward, "DX")
 
 
 def _empty(like: torch.Tensor) -> torch.Tensor:
@@ -96,7 +91,7 @@ class RMSNormFunction(torch.autograd.Function):
         x2 = x.reshape(-1, x.shape[-1])
         y = _empty(x2)
         rstd = torch.empty(x2.shape[0], dtype=_stat_dtype(x), device=x.device)
-        ops().rms_fwd(x2, w, y, rstd, EPS=eps)
+        RMSNORM_FORWARD(x2, w, y, rstd, EPS=eps)
         ctx.save_for_backward(x2, w, rstd)
         return y.view(x.shape)
 
@@ -107,11 +102,11 @@ class RMSNormFunction(torch.autograd.Function):
         dx = dw = None
         if ctx.needs_input_grad[0]:
             dx = _empty(x2)
-            ops().rms_dx(x2, w, dy2, rstd, dx)
+            RMSNORM_BACKWARD(x2, w, dy2, rstd, dx)
             dx = dx.view(dy.shape)
         if ctx.needs_input_grad[1]:
             dw = torch.empty_like(w)
-            ops().rms_dw(x2, dy2, rstd, dw)
+            RMSNORM_BACKWARD_DW(x2, dy2, rstd, dw)
         return dx, dw, None
 
 
@@ -122,7 +117,7 @@ class SoftmaxFunction(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
         x2 = x.reshape(-1, x.shape[-1])
         y = _empty(x2)
-        ops().sm_fwd(x2, y)
+        SOFTMAX_FORWARD(x2, y)
         ctx.save_for_backward(y)
         return y.view(x.shape)
 
@@ -130,7 +125,7 @@ class SoftmaxFunction(torch.autograd.Function):
     def backward(ctx: Any, dy: torch.Tensor) -> torch.Tensor:
         (y,) = ctx.saved_tensors
         dx = _empty(y)
-        ops().sm_dx(y, dy.reshape(y.shape), dx)
+        SOFTMAX_BACKWARD(y, dy.reshape(y.shape), dx)
         return dx.view(dy.shape)
 
 
