@@ -342,3 +342,25 @@ def test_alias_check_of_the_generated_code_matches_the_spans() -> None:
         exe.calls.clear()
         assert fast((a, b))
         assert exe.calls == [((a.ctypes.data, b.ctypes.data), abs(shift) < 16)], shift
+
+
+def test_run_time_error_of_a_one_call_launch() -> None:
+    """One phase on one thread: the launch is a single ctypes call (`_launch_one`); its status
+    word still raises at the call and does not stick."""
+    n = 256
+    bad = divide.compile(np.zeros(n, np.int64), target="cpu", SHIFT=0,
+                         constraints={"num_threads": 1})
+    exe = executable(bad)
+    assert exe.launch.__func__ is cpu_launch.CpuExecutable._launch_one
+    fast = binder_for(bad)
+    for _ in range(3):
+        with pytest.raises(tn.BackendError, match="division by zero"):
+            fast((np.zeros(n, np.int64),))
+    good = divide.compile(np.zeros(n, np.int64), target="cpu", SHIFT=3,
+                          constraints={"num_threads": 1})
+    y, want = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    tn.interpret(divide, want, SHIFT=3)
+    assert binder_for(good)((y,))
+    np.testing.assert_array_equal(y, want)
+    y2 = np.full(n, -1, np.int64)
+    assert exe.overlaps((y2.ctypes.data,)) is False

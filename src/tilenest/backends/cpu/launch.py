@@ -124,10 +124,12 @@ class _CallSlot:
 class CpuExecutable:
     """A function compiled for the host CPU under one plan."""
 
-    def __init__(self, fn: Function, plan: CpuPlan) -> None:
+    def __init__(self, fn: Function, plan: CpuPlan, fast: Build | None = None) -> None:
+        """`fast`: the build with assume_no_alias=True when the caller (the compile driver's
+        stages) already made it."""
         self.fn = fn
         self.plan = plan
-        self.fast = _build(fn, plan, assume_no_alias=True)
+        self.fast = fast if fast is not None else _build(fn, plan, assume_no_alias=True)
         self._safe: Build | None = None
         stored = {op.operands[0] for op in fn.walk() if op.name == "store"}
         self.written: tuple[bool, ...] = tuple(p.value in stored for p in fn.params)
@@ -140,6 +142,9 @@ class CpuExecutable:
         self._fast_steps = self._prepare(self.fast)
         self._safe_steps: tuple[_Step, ...] = ()
         self._free: list[_CallSlot] = []
+        if len(self._fast_steps) == 1 and self._fast_steps[0].mode == _DIRECT:
+            self._one_entry, self._one_programs = self._fast_steps[0][:2]
+            self.launch = self._launch_one  # type: ignore[method-assign]
 
     @property
     def safe(self) -> Build:
@@ -188,6 +193,35 @@ class CpuExecutable:
                     return True
         return False
 
+    def _launch_one(self, ptrs: Sequence[int], aliased: bool) -> None:
+        """`launch` when the fast build is one phase of one block (or one thread): one ctypes
+        call, nothing else (the most frequent small-kernel case, priced per call)."""
+        if aliased:
+            CpuExecutable.launch(self, ptrs, True)
+            return
+        self.last_build = "fast"
+        free = self._free
+        try:
+            slot = free.pop()
+        except IndexError:
+            slot = _CallSlot(self._nparams)
+        status = slot.status
+        try:
+            slot.args[:self._nparams] = ptrs
+            self._one_entry(slot.address, 0, self._one_programs)
+        finally:
+            code = status[0]
+            if code:
+                status[0] = 0
+            free.append(slot)
+        if code:
+            self._raise(self.fast, code)
+
+    def _raise(self, build: Build, code: int) -> None:
+        errors = build.lowered.errors
+        what = errors[code - 1] if 0 < code <= len(errors) else f"error code {code}"
+        raise BackendError(f"run-time error in kernel `{self.fn.name}`: {what}")
+
     def launch(self, ptrs: Sequence[int], aliased: bool) -> None:
         """Run the kernel on base pointers `ptrs` (parameter order) of arguments already
         checked against this specialization; `aliased`: a written argument overlaps another,
@@ -229,6 +263,4 @@ class CpuExecutable:
                 status[0] = 0
             free.append(slot)
         if code:
-            errors = build.lowered.errors
-            what = errors[code - 1] if 0 < code <= len(errors) else f"error code {code}"
-            raise BackendError(f"run-time error in kernel `{self.fn.name}`: {what}")
+            self._raise(build, code)
