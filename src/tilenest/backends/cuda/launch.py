@@ -5,26 +5,42 @@ are part of the specialization key and therefore constants in the source. Before
 the launcher checks whether a written tensor overlaps any other argument: the fast build
 (loops with stores may be pipelined when no stored tensor is loaded) runs only when they
 are disjoint; otherwise the safe build runs. Phases are sequential launches on the current
-stream. Under `TRITON_INTERPRET=1` CPU torch tensors (and numpy arrays, shared through
-`torch.from_numpy`) run on Triton's interpreter.
+stream of the tensors' device (a tensor on cuda:1 launches there, whatever the current
+device). After a phase's first launch through its JITFunction, launches go straight to
+Triton's compiled launcher (`launcher.py`). A call never synchronizes: a kernel that can flag
+a run-time error writes a status slot of pinned host memory, checked lazily (at
+`tn.check_errors()`, at the next call of the kernel, at exit: `tilenest.runtime.status`).
+Under `TRITON_INTERPRET=1` CPU torch tensors (and numpy arrays, shared through
+`torch.from_numpy`) run on Triton's interpreter, synchronously: there, and for host
+arguments staged through device memory, a run-time error raises at the call that flagged it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from tilenest.backends.cuda.launcher import PhaseLauncher, PointerArg, alignment_key
 from tilenest.backends.cuda.lower import LoweredModule, lower_function
 from tilenest.backends.cuda.padding import PaddedBuffers, copied_operands
 from tilenest.backends.cuda.plan import CudaPlan
 from tilenest.backends.cuda.source_cache import load_source
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
+from tilenest.ir.types import TensorType
 from tilenest.runtime.args import is_torch_tensor
+from tilenest.runtime.status import BOARD, Slot, StatusOwner
 
 MAX_GRID = 2**31 - 1
+
+# tilenest dtype name -> torch dtype name (for raw pointers given to Triton's JIT dispatch).
+_TORCH_DTYPES = {"bool": "bool", "i8": "int8", "u8": "uint8", "i16": "int16",
+                 "u16": "uint16", "i32": "int32", "u32": "uint32", "i64": "int64",
+                 "u64": "uint64", "f16": "float16", "bf16": "bfloat16", "f32": "float32",
+                 "f64": "float64", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
 
 
 @dataclass
@@ -32,16 +48,26 @@ class Build:
     lowered: LoweredModule
     path: str
     kernels: list[Any]
+    # One per phase; made by the executable (it knows the launch options) when empty.
+    launchers: list[PhaseLauncher] = field(default_factory=list)
+
+    def prepare(self, options: dict[str, Any]) -> Build:
+        if not self.launchers:
+            self.launchers = [PhaseLauncher(k, p.programs, options)
+                              for k, p in zip(self.kernels, self.lowered.phases, strict=True)]
+        return self
 
 
-def _build(fn: Function, plan: CudaPlan, assume_no_alias: bool, interpret: bool) -> Build:
+def _build(fn: Function, plan: CudaPlan, assume_no_alias: bool, interpret: bool,
+           options: dict[str, Any]) -> Build:
     lowered = lower_function(fn, plan, assume_no_alias=assume_no_alias, interpret=interpret)
     module, path = load_source(lowered.source)
     for phase in lowered.phases:
         if phase.programs > MAX_GRID:
             raise BackendError(f"phase {phase.name} has {phase.programs} programs; the cuda "
                                f"grid allows {MAX_GRID}", loc=None)
-    return Build(lowered, path, [getattr(module, p.name) for p in lowered.phases])
+    return Build(lowered, path, [getattr(module, p.name) for p in lowered.phases]
+                 ).prepare(options)
 
 
 def _as_tensor(x: Any, name: str, interpret: bool) -> Any:
@@ -82,25 +108,72 @@ def _byte_range(x: Any) -> tuple[int, int]:
     return ptr + lo, ptr + hi + itemsize
 
 
-class CudaExecutable:
-    """A function compiled to Triton under one plan; `run` binds and launches."""
+def _span(t: Any) -> tuple[int, int] | None:
+    """[lo, hi) bytes relative to the base pointer that a tensor of type `t` can touch (None:
+    empty, or not a tensor parameter)."""
+    if not isinstance(t, TensorType) or any(e == 0 for e in t.shape):
+        return None
+    lo = hi = 0
+    for e, s in zip(t.shape, t.strides, strict=True):
+        span = (e - 1) * s * t.dtype.itemsize
+        lo += min(0, span)
+        hi += max(0, span)
+    return lo, hi + t.dtype.itemsize
 
-    def __init__(self, fn: Function, plan: CudaPlan, interpret: bool) -> None:
+
+def overlaps(ptrs: Sequence[int], written: Sequence[bool],
+             spans: Sequence[tuple[int, int] | None]) -> bool:
+    """Whether a written argument's bytes overlap another argument's (base pointers `ptrs`)."""
+    for i, span_i in enumerate(spans):
+        if span_i is None or not written[i]:
+            continue
+        lo_i, hi_i = ptrs[i] + span_i[0], ptrs[i] + span_i[1]
+        for j, span_j in enumerate(spans):
+            if j != i and span_j is not None and lo_i < ptrs[j] + span_j[1] \
+                    and ptrs[j] + span_j[0] < hi_i:
+                return True
+    return False
+
+
+def _raw_stream(device: int) -> int:
+    """The current stream of `device` as Triton's launcher takes it (a CUstream int)."""
+    import torch
+
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return get(device) if get is not None else torch.cuda.current_stream(device).cuda_stream
+
+
+class CudaExecutable:
+    """A function compiled to Triton under one plan; `run` binds and launches, `launch` takes
+    base pointers of arguments a caller already checked against the specialization."""
+
+    def __init__(self, fn: Function, plan: CudaPlan, interpret: bool,
+                 fast: Build | None = None) -> None:
         self.fn = fn
         self.plan = plan
         self.interpret = interpret
-        self.fast = _build(fn, plan, True, interpret)
+        self.options = {"num_warps": plan.num_warps, "num_stages": plan.num_stages,
+                        "enable_fp_fusion": plan.allow_fma}
+        # `fast`: the compile driver's build of this plan (assume_no_alias=True), if made.
+        self.fast = fast.prepare(self.options) if fast is not None \
+            else _build(fn, plan, True, interpret, self.options)
         self._safe: Build | None = None
         stored = {op.operands[0] for op in fn.walk() if op.name == "store"}
         self.written = [p.value in stored for p in fn.params]
-        self._status: Any = None
+        # Byte spans relative to each base pointer (shapes and strides are in the key): the
+        # alias check of `launch` is pointer arithmetic.
+        self.spans = tuple(_span(p.value.type) for p in fn.params)
+        self._shared_status: dict[Any, Any] = {}
         self.padding: PaddedBuffers | None = None
         copies = copied_operands(fn, plan)
         if copies:
             self.padding = PaddedBuffers(copies, interpret)
+        # `launch` (raw pointers) needs neither the interpreter nor the padded copies, which
+        # are made from tensors.
+        self.accepts_pointers = not interpret and self.padding is None
+        self.status = StatusOwner(fn.name)
         self.last_build = "fast"
-        self.options = {"num_warps": plan.num_warps, "num_stages": plan.num_stages,
-                        "enable_fp_fusion": plan.allow_fma}
+        self.last_path = "none"  # how the last call launched: "direct", "jit", "interpreter"
         # Called once with Triton's metadata of the first compiled launch (target.recheck).
         self.on_compiled: Any = None
         self.compiled: dict[str, dict[str, Any]] | None = None
@@ -112,7 +185,7 @@ class CudaExecutable:
                                      interpret=self.interpret)
             same = lowered.source == self.fast.lowered.source
             self._safe = self.fast if same else _build(self.fn, self.plan, False,
-                                                       self.interpret)
+                                                       self.interpret, self.options)
         return self._safe
 
     def _choose(self, tensors: list[Any]) -> Build:
@@ -127,68 +200,190 @@ class CudaExecutable:
                     return self.safe
         return self.fast
 
-    def _status_word(self, like: Any) -> Any:
-        """The word shared by calls of kernels that never write it (a pointer argument)."""
-        device = like.device if like is not None else "cpu"
-        if self._status is None or self._status.device != device:
-            self._status = self._fresh_status(like)
-        return self._status
+    def _status_word(self, device: Any) -> Any:
+        """The word shared by launches of kernels that never write it (a pointer argument)."""
+        word = self._shared_status.get(device)
+        if word is None:
+            import torch
 
-    @staticmethod
-    def _fresh_status(like: Any) -> Any:
-        import torch
+            word = torch.zeros(4, dtype=torch.int32,
+                               device="cpu" if device is None else torch.device("cuda", device))
+            self._shared_status[device] = word
+        return word
 
-        return torch.zeros(1, dtype=torch.int32,
-                           device=like.device if like is not None else "cpu")
+    def _report_earlier(self) -> None:
+        """Raise an error flagged by an earlier launch of this kernel, if visible now."""
+        msg = BOARD.poll(self.status)
+        if msg is not None:
+            raise BackendError(msg, loc=None)
 
+    # ------------------------------------------------------------------ tensors
     def run(self, args: dict[str, Any]) -> None:
         tensors = [_as_tensor(args[p.name], p.name, self.interpret) for p in self.fn.params]
-        if not self.interpret and any(_on_host(t) for t in tensors):
+        if self.interpret:
+            self._interpret(tensors)
+            return
+        if any(_on_host(t) for t in tensors):
             import torch
 
             from tilenest.backends.cuda.staging import staged
 
-            staged(tensors, self._launch, torch.device("cuda", torch.cuda.current_device()))
+            slots: list[Slot | None] = []
+            device = torch.device("cuda", torch.cuda.current_device())
+            staged(tensors, lambda ts: slots.append(self._launch(ts)), device)
+            # Copying the results back synchronized the stream: the launch is complete.
+            self._settle(slots[0] if slots else None)
             return
         self._launch(tensors)
 
-    def _launch(self, tensors: list[Any]) -> None:
+    def _settle(self, slot: Slot | None) -> None:
+        if slot is not None:
+            msg = BOARD.settle(slot)
+            if msg is not None:
+                raise BackendError(msg, loc=None)
+
+    def _device_of(self, tensors: list[Any]) -> int:
+        import torch
+
+        if not tensors:
+            return torch.cuda.current_device()
+        device = tensors[0].device.index
+        for i, t in enumerate(tensors):
+            if t.device.index != device:
+                raise ArgumentError(f"argument `{self.fn.params[i].name}` is on {t.device}, "
+                                    f"`{self.fn.params[0].name}` on {tensors[0].device}; one "
+                                    f"launch runs on one device", loc=None)
+        return device
+
+    def _launch(self, tensors: list[Any]) -> Slot | None:
+        import torch
+
+        device = self._device_of(tensors)
+        if torch.cuda.current_device() != device:
+            # The padded copies launch through Triton's JIT too: all on the tensors' device.
+            with torch.cuda.device(device):
+                return self._launch(tensors)
+        build = self._choose(tensors)
+        self.last_build = "fast" if build is self.fast else "safe"
+        if build.lowered.uses_status:
+            self._report_earlier()
+        if build is self.fast and self.padding is not None:
+            tensors = self.padding.substitute(tensors)
+        return self._on_device(build, [t.data_ptr() for t in tensors], tensors, device)
+
+    def _interpret(self, tensors: list[Any]) -> None:
+        import torch
+
         build = self._choose(tensors)
         self.last_build = "fast" if build is self.fast else "safe"
         checked = build.lowered.uses_status
-        like = tensors[0] if tensors else None
-        # A kernel that can flag a run-time error gets a status word of its own per call
-        # (allocated on the current stream): one shared word would let a concurrent call
-        # clear or report another call's error. Kernels that never write it share one.
-        status = self._fresh_status(like) if checked else self._status_word(like)
+        if checked:
+            self._report_earlier()
         if build is self.fast and self.padding is not None:
             tensors = self.padding.substitute(tensors)
-        launch_args: tuple[Any, ...] = (*tensors, status)
+        slot = BOARD.take(self.status, build.lowered.errors, None, 0) if checked else None
+        args: list[Any] = [*tensors, slot.tensor() if slot is not None
+                           else self._status_word(None)]
         if build.lowered.workspace:
+            args.append(torch.empty(build.lowered.workspace, dtype=torch.float32))
+        meta: dict[str, dict[str, Any]] = {}
+        try:
+            for phase, launcher in zip(build.lowered.phases, build.launchers, strict=True):
+                if phase.programs:
+                    self._note(meta, phase.name, launcher.jit(args))
+        finally:
+            # The interpreter ran to completion (or raised): the slot is final either way.
+            msg = BOARD.settle(slot) if slot is not None else None
+        self.last_path = "interpreter"
+        self._compiled(meta)
+        if msg is not None:
+            raise BackendError(msg, loc=None)
+
+    # ------------------------------------------------------------------ raw pointers
+    def launch(self, ptrs: Sequence[int], aliased: bool, device: int | None = None) -> None:
+        """Launch on base pointers `ptrs` (parameter order) of CUDA tensors that a caller has
+        checked against this specialization (the binder: dtypes, shapes, strides, device);
+        `aliased`: a written argument overlaps another (`overlaps(ptrs, written, spans)`), so
+        the safe build runs. `device`: the tensors' CUDA device index (None: the current
+        device). Never synchronizes; raises BackendError for an earlier launch's run-time
+        error (see the module docstring). Only when `accepts_pointers`."""
+        if not self.accepts_pointers:
+            raise BackendError("this executable launches from tensors only (padded copies or "
+                               "Triton's interpreter)", loc=None)
+        build = self.safe if aliased else self.fast
+        self.last_build = "fast" if build is self.fast else "safe"
+        if build.lowered.uses_status:
+            self._report_earlier()
+        if device is None:
             import torch
 
-            # Split-K partials: one f32 workspace per call (on the current stream; the
-            # combine phase reads every element the partial phase wrote).
-            launch_args += (torch.empty(build.lowered.workspace, dtype=torch.float32,
-                                        device=like.device if like is not None else "cpu"),)
+            device = torch.cuda.current_device()
+        self._on_device(build, ptrs, None, device)
+
+    def _on_device(self, build: Build, ptrs: Sequence[int], tensors: list[Any] | None,
+                   device: int) -> Slot | None:
+        import torch
+
+        if torch.cuda.current_device() != device:
+            # Triton's compiled kernels belong to a device's context and its JIT dispatch
+            # reads the current device: launch with the tensors' device current.
+            with torch.cuda.device(device):
+                return self._on_device(build, ptrs, tensors, device)
+        stream = _raw_stream(device)
+        slot = None
+        if build.lowered.uses_status:
+            slot = BOARD.take(self.status, build.lowered.errors, device, stream,
+                              capturing=torch.cuda.is_current_stream_capturing())
+            status = slot.ptr
+        else:
+            status = self._status_word(device).data_ptr()
+        raw: list[Any] = [*ptrs, status]
+        workspace = None
+        if build.lowered.workspace:
+            # Split-K partials: one f32 workspace per call (from the current stream's pool;
+            # the combine phase reads every element the partial phase wrote).
+            workspace = torch.empty(build.lowered.workspace, dtype=torch.float32,
+                                    device=torch.device("cuda", device))
+            raw.append(workspace.data_ptr())
+        key = (device, alignment_key(ptrs))
+
+        def jit_args() -> list[Any]:
+            base = tensors if tensors is not None else self._pointer_args(ptrs)
+            return [*base, PointerArg(status, torch.int32),
+                    *([workspace] if workspace is not None else [])]
+
         meta: dict[str, dict[str, Any]] = {}
-        for phase, kernel in zip(build.lowered.phases, build.kernels, strict=True):
+        paths = set()
+        for phase, launcher in zip(build.lowered.phases, build.launchers, strict=True):
             if phase.programs == 0:
                 continue
-            compiled = kernel[(phase.programs,)](*launch_args, **self.options)
-            if self.compiled is None:
-                from tilenest.backends.cuda.occupancy import compiled_metadata
+            self._note(meta, phase.name, launcher.launch(key, stream, raw, jit_args))
+            paths.add(launcher.path)
+        self.last_path = "direct" if paths == {"direct"} else "jit"
+        self._compiled(meta)
+        return slot
 
-                got = compiled_metadata(compiled)
-                if got is not None:
-                    meta[phase.name] = got
+    def _pointer_args(self, ptrs: Sequence[int]) -> list[PointerArg]:
+        """Raw pointers as Triton's JIT dispatch needs them (it specializes on the dtype)."""
+        import torch
+
+        out = []
+        for p, param in zip(ptrs, self.fn.params, strict=True):
+            t = param.value.type
+            assert isinstance(t, TensorType)
+            out.append(PointerArg(p, getattr(torch, _TORCH_DTYPES[t.dtype.name])))
+        return out
+
+    def _note(self, meta: dict[str, dict[str, Any]], name: str, compiled: Any) -> None:
+        if self.compiled is None and compiled is not None:
+            from tilenest.backends.cuda.occupancy import compiled_metadata
+
+            got = compiled_metadata(compiled)
+            if got is not None:
+                meta[name] = got
+
+    def _compiled(self, meta: dict[str, dict[str, Any]]) -> None:
         if self.compiled is None:
             self.compiled = meta
             if meta and self.on_compiled is not None:
                 self.on_compiled(meta)
-        if checked:
-            code = int(status.item())
-            if code:
-                errors = build.lowered.errors
-                what = errors[code - 1] if 0 < code <= len(errors) else f"error code {code}"
-                raise BackendError(f"run-time error in kernel `{self.fn.name}`: {what}")

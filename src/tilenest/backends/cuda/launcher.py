@@ -1,0 +1,168 @@
+"""Launching one phase's Triton kernel without `JITFunction` dispatch on every call.
+
+The first launch of a phase on a device, for one pointer-alignment pattern, goes through
+the `JITFunction` (which compiles, or loads from Triton's cache, and hands back Triton's
+`CompiledKernel`). Later launches with the same (device, alignment) call that compiled
+kernel's own launcher with the grid precomputed, exactly as `JITFunction.run` does at its
+end: `kernel.run(gx, gy, gz, stream, kernel.function, kernel.packed_metadata,
+launch_metadata, enter_hook, exit_hook, *args)`, pointer arguments as plain ints (Triton's
+launcher takes an int as a device address).
+
+Triton's internals move between releases (3.6 on the device machine, 3.9 here). The shape
+of that call is detected once per process from what the objects have, not from a version
+string: the installed `JITFunction.run` must make that very call (its source is read), the
+compiled kernel must have `run`, `function`, `packed_metadata` and `launch_metadata`, and
+the launch hooks must live in `triton.knobs.runtime`. When any of it is missing, or the
+first direct call fails before launching (a TypeError from a changed signature), every
+launch of that phase keeps going through the JITFunction: slower, never wrong.
+
+Alignment matters because Triton specializes pointer arguments on 16-byte divisibility: a
+kernel compiled for aligned pointers must not get a misaligned one, so the (device,
+alignment) pair selects the compiled kernel.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+DirectCall = Callable[[int, Sequence[Any]], None]
+
+# The line of JITFunction.run that launches a compiled kernel (whitespace removed); the
+# direct launcher makes the same call.
+_JIT_LAUNCH = ("kernel.run(grid_0,grid_1,grid_2,stream,kernel.function,kernel.packed_metadata,"
+               "launch_metadata,knobs.runtime.launch_enter_hook,knobs.runtime.launch_exit_hook,"
+               "*bound_args.values())")
+
+_convention: bool | None = None
+
+
+def direct_convention() -> bool:
+    """Whether the installed Triton launches compiled kernels the way the direct launcher
+    does (checked once per process)."""
+    global _convention
+    if _convention is None:
+        _convention = _detect_convention()
+    return _convention
+
+
+def _detect_convention() -> bool:
+    try:
+        from triton import knobs
+        from triton.runtime.jit import JITFunction
+
+        source = inspect.getsource(JITFunction.run)
+    except (ImportError, AttributeError, OSError, TypeError):
+        return False
+    runtime = getattr(knobs, "runtime", None)
+    if runtime is None or not all(hasattr(runtime, h) for h in
+                                  ("launch_enter_hook", "launch_exit_hook")):
+        return False
+    return _JIT_LAUNCH in "".join(source.split())
+
+
+def _hook(chain: Any) -> Any:
+    """The hook to pass to the launcher: None for an absent or empty chain (Triton 3.9's
+    `HookChain` is never None, so `launch_metadata` would build its dict on every call)."""
+    if chain is None:
+        return None
+    calls = getattr(chain, "calls", None)
+    if calls is not None and not calls:
+        return None
+    return chain
+
+
+def direct_call(compiled: Any, grid: tuple[int, int, int]) -> DirectCall | None:
+    """A function `call(stream, args)` launching `compiled` on `grid`, or None when the
+    compiled kernel does not have the expected shape."""
+    if not direct_convention():
+        return None
+    try:
+        from triton import knobs
+
+        run = compiled.run  # loads the module (Triton's _init_handles) on first access
+        function = compiled.function
+        packed = compiled.packed_metadata
+        metadata = compiled.launch_metadata
+    except AttributeError:
+        return None
+    if not callable(run) or function is None or not callable(metadata):
+        return None
+    hooks = knobs.runtime
+    g0, g1, g2 = grid
+
+    def call(stream: int, args: Sequence[Any]) -> None:
+        enter, leave = _hook(hooks.launch_enter_hook), _hook(hooks.launch_exit_hook)
+        if enter is None and leave is None:
+            run(g0, g1, g2, stream, function, packed, None, None, None, *args)
+            return
+        # A profiler hook is installed: give it what JITFunction.run would.
+        run(g0, g1, g2, stream, function, packed, metadata(grid, stream, *args), enter, leave,
+            *args)
+
+    return call
+
+
+class PointerArg:
+    """A raw device address that Triton's JIT dispatch treats as a tensor of `dtype` (it
+    specializes on `data_ptr()` and `dtype`; the launcher reads `data_ptr()`)."""
+
+    __slots__ = ("ptr", "dtype")
+
+    def __init__(self, ptr: int, dtype: Any) -> None:
+        self.ptr = ptr
+        self.dtype = dtype
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+class PhaseLauncher:
+    """One phase's kernel and grid; its compiled kernels per (device, alignment key)."""
+
+    def __init__(self, kernel: Any, programs: int, options: dict[str, Any]) -> None:
+        self.kernel = kernel
+        self.programs = programs
+        self.grid = (programs, 1, 1)
+        self.options = options
+        # (device, alignment key) -> direct call; None: this key launches through the JIT.
+        self.direct: dict[tuple[int, int], DirectCall | None] = {}
+        self.path = "jit"
+
+    def jit(self, args: Sequence[Any]) -> Any:
+        """Launch through the JITFunction (compiling if needed); Triton's CompiledKernel."""
+        self.path = "jit"
+        return self.kernel[(self.programs,)](*args, **self.options)
+
+    def prime(self, key: tuple[int, int], compiled: Any) -> None:
+        """Remember how to launch `compiled` directly for later calls with `key`."""
+        if key not in self.direct:
+            self.direct[key] = direct_call(compiled, self.grid) if compiled is not None \
+                else None
+
+    def launch(self, key: tuple[int, int], stream: int, raw: Sequence[int],
+               args: Callable[[], Sequence[Any]]) -> Any:
+        """Launch with raw pointer ints `raw` directly when `key` is primed, else through the
+        JIT with `args()` (tensors); Triton's CompiledKernel when the JIT ran, else None."""
+        call = self.direct.get(key)
+        if call is not None:
+            try:
+                call(stream, raw)
+                self.path = "direct"
+                return None
+            except TypeError:
+                # The launcher rejected the call before launching (a changed signature):
+                # this key launches through the JITFunction from now on.
+                self.direct[key] = None
+        compiled = self.jit(args())
+        self.prime(key, compiled)
+        return compiled
+
+
+def alignment_key(ptrs: Sequence[int]) -> int:
+    """One bit per pointer: 1 when it is 16-byte aligned (Triton's `tt.divisibility`)."""
+    key = 0
+    for p in ptrs:
+        key = (key << 1) | (not p & 15)
+    return key
