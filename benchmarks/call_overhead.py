@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 import tilenest as tn
-from benchmarks.harness import machine_info
+from benchmarks.harness import ForeignLoad, machine_info
 from benchmarks.report import RESULTS_DIR, _markdown_table
 from tilenest.runtime.binder import binder_for
 
@@ -321,7 +321,7 @@ def table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     if cuda:
         header += [f"{n} incl. GPU µs" for n in names]
     base = "torch" if cuda else "numpy"
-    header.append(f"compiled / {base}")
+    header += [f"compiled / {base}", "binder min µs", "other load"]
     rows = []
     for c in doc["cases"]:
         t = c["timings"]
@@ -332,6 +332,8 @@ def table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         mine = t.get("tilenest compiled", {}).get("host_us")
         theirs = t.get(base, {}).get("host_us")
         row.append(f"{mine / theirs:.2f}x" if mine and theirs else "-")
+        row.append(_cell(c, "tilenest binder", "min_us"))
+        row.append(f"{100 * c.get('foreign_cpu_fraction', 0.0):.0f}%")
         rows.append(row)
     return header, rows
 
@@ -345,7 +347,10 @@ def markdown(doc: dict[str, Any]) -> str:
              f"torch {m['torch']}; commit `{(m['git_commit'] or '?')[:10]}`"
              f"{' (dirty)' if m['git_dirty'] else ''}. Goal (issue 11): {goal}.", "",
              f"Median of {doc['rounds']} interleaved rounds of {doc['calls']} back-to-back "
-             "calls, per call. `picked`: the constants of the compiled specialization.", "",
+             "calls, per call (`binder min`: the fastest round). `picked`: the constants of "
+             "the compiled specialization. `other load`: share of the machine's CPU time used "
+             "by other processes while the case was timed (above ~5% the numbers are "
+             "disturbed).", "",
              _markdown_table(*table(doc))]
     comp = doc.get("compile")
     if comp:
@@ -409,9 +414,10 @@ def run(target: str, quick: bool, compile_repeats: int) -> dict[str, Any]:
             if err is not None:
                 failures[name] = err
                 del case.contenders[name]
-        timings = time_rounds(case.contenders, calls, rounds, sync)
+        with ForeignLoad() as load:
+            timings = time_rounds(case.contenders, calls, rounds, sync)
         doc["cases"].append({"label": case.label, "picked": case.picked, "timings": timings,
-                             "failures": failures})
+                             "failures": failures, "foreign_cpu_fraction": load.fraction})
         doc["notes"] += case.notes
     if compile_repeats > 0:
         doc["compile"] = compile_times(target, compile_repeats)
