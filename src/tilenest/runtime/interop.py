@@ -11,7 +11,8 @@ Order of the protocols, first match wins:
    - CUDA memory becomes a torch tensor (`torch.from_dlpack`, which asks the producer to
      synchronize with torch's current stream of that device).
 2. `__cuda_array_interface__` (numba device arrays; CuPy has both and takes path 1) becomes a
-   torch tensor through `torch.as_tensor`, which views the pointer on its own device.
+   torch tensor through `torch.as_tensor`, which views the pointer on its own device; the
+   current stream of that device waits for the stream the interface names (version 3).
 
 Memory the kernel must not write is reported to the binder (`Converted.writable` False),
 which rejects a kernel that stores into it (`unwritable_reason` words the error): JAX arrays
@@ -130,6 +131,9 @@ def _from_cuda_array_interface(x: Any, name: str) -> Converted:
                             f"__cuda_array_interface__; tilenest views CUDA memory through "
                             f"torch with CUDA, which is not available here")
     interface = x.__cuda_array_interface__
+    if interface.get("mask") is not None:
+        raise ArgumentError(f"argument `{name}` ({type(x).__name__}) is a masked array: "
+                            f"kernels read memory and would ignore the mask")
     pointer, read_only = interface["data"]
     # No device=: torch finds the pointer's own device (a device= of another index would
     # copy there, and the kernel's writes would miss the caller's memory).
@@ -141,6 +145,10 @@ def _from_cuda_array_interface(x: Any, name: str) -> Converted:
     if tensor.numel() and tensor.data_ptr() != pointer:
         raise ArgumentError(f"argument `{name}` ({type(x).__name__}): torch copied its "
                             f"__cuda_array_interface__ memory instead of viewing it")
+    stream = interface.get("stream")
+    if stream:  # v3: work on the producer's stream must come first (torch does not order it)
+        producer = torch.cuda.ExternalStream(stream, device=tensor.device)
+        torch.cuda.current_stream(tensor.device).wait_stream(producer)  # no host wait
     return Converted(tensor, not read_only)
 
 
