@@ -124,3 +124,14 @@ def test_compact_benchmark_on_cuda():
     for row in rows:
         assert row.ok, (row.kernel, row.error, row.max_rel_error)
     assert rows[0].baseline_ms["torch"] > 0  # softmax has a torch baseline, on the GPU
+
+
+@needs_gpu
+def test_read_only_cuda_array_interface_is_not_written():
+    out = torch.zeros((4, 16), device="cuda")
+    frozen = CudaArrayInterfaceOnly(out)
+    ptr, _ = frozen.__cuda_array_interface__["data"]
+    frozen.__cuda_array_interface__ = {**frozen.__cuda_array_interface__, "data": (ptr, True)}
+    with pytest.raises(tn.ArgumentError, match="is a read-only export"):
+        add_one(torch.ones((4, 16), device="cuda"), frozen, target="cuda")
+    assert not out.any()

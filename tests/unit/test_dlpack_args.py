@@ -197,6 +197,15 @@ def test_cuda_producers_without_cuda_are_argument_errors():
         add_one(CudaArrayInterface(), np.zeros(2, np.float32), target="reference")
 
 
+def test_masked_cuda_array_interface_is_rejected():
+    class Masked:
+        __cuda_array_interface__ = {"shape": (2,), "typestr": "<f4", "data": (0, False),
+                                    "version": 3, "mask": object()}
+
+    with pytest.raises(tn.ArgumentError, match="is a masked array: kernels read memory"):
+        add_one(Masked(), np.zeros(2, np.float32), target="reference")
+
+
 class FakeCudaTensor:
     """What describe_tensor reads of a torch CUDA tensor, for machines without a GPU."""
 

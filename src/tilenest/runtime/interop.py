@@ -125,15 +125,15 @@ def _from_cuda_dlpack(x: Any, name: str, kind: str, index: int) -> Converted:
 
 
 def _from_cuda_array_interface(x: Any, name: str) -> Converted:
+    interface = x.__cuda_array_interface__
+    if interface.get("mask") is not None:
+        raise ArgumentError(f"argument `{name}` ({type(x).__name__}) is a masked array: "
+                            f"kernels read memory and would ignore the mask")
     torch = _torch_or_none()
     if torch is None or not torch.cuda.is_available():
         raise ArgumentError(f"argument `{name}` ({type(x).__name__}) exposes "
                             f"__cuda_array_interface__; tilenest views CUDA memory through "
                             f"torch with CUDA, which is not available here")
-    interface = x.__cuda_array_interface__
-    if interface.get("mask") is not None:
-        raise ArgumentError(f"argument `{name}` ({type(x).__name__}) is a masked array: "
-                            f"kernels read memory and would ignore the mask")
     pointer, read_only = interface["data"]
     # No device=: torch finds the pointer's own device (a device= of another index would
     # copy there, and the kernel's writes would miss the caller's memory).
