@@ -23,9 +23,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", default=None,
                    help="comma-separated kernel names or prefixes (softmax,gemm,...)")
     p.add_argument("--baselines", default="numpy,torch,numba",
-                   help="comma-separated baselines (those not installed are skipped)")
+                   help="comma-separated baselines (those not installed are skipped; the "
+                        "compact benchmark has numpy and torch)")
     p.add_argument("--sections", default="cases,compile,overhead",
-                   help="comma-separated parts: cases, compile, overhead")
+                   help="comma-separated parts: cases, compile, overhead (the full suites; "
+                        "the compact benchmark reports compile time and cases)")
     p.add_argument("--out", default=None,
                    help="output folder (default: benchmarks/results, or results/quick; the "
                         "compact benchmark writes only when given one)")
