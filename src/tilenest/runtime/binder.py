@@ -108,6 +108,7 @@ class _Source:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.env: dict[str, Any] = {}
+        self.aligned: dict[int, list[str]] = {}  # alignment mask -> pointers to check
 
     def const(self, name: str, value: Any) -> str:
         self.env[name] = value
@@ -139,8 +140,7 @@ def _numpy_checks(src: _Source, i: int, entry: tuple, written: bool) -> bool:
         src.const("words", _memory_words())
         src.line(f"p{i} = words[(id({a}) + {offset}) >> 3]", 2)
     if dtype.alignment > 1:  # the full path rejects unaligned arrays (plain_tensor)
-        src.line(f"if p{i} & {dtype.alignment - 1}:", 2)
-        src.line("return False", 3)
+        src.aligned.setdefault(dtype.alignment - 1, []).append(f"p{i}")
     return True
 
 
@@ -191,9 +191,8 @@ def _generate(tensor_key: tuple, written: Sequence[bool],
         return None
     src = _Source()
     src.line("def fast(args):", 0)
-    src.line(f"if len(args) != {n}:")
-    src.line("return False", 2)
-    # Checks may raise on exotic inputs (a sparse tensor's stride()): a mismatch, not an error.
+    # Checks may raise on exotic inputs (a sparse tensor's stride(), another argument count):
+    # a mismatch, not an error.
     src.line("try:")
     src.line(f"{', '.join(f'a{i}' for i in range(n))}, = args", 2)
     for i, entry in enumerate(tensor_key):
@@ -208,6 +207,10 @@ def _generate(tensor_key: tuple, written: Sequence[bool],
             ok = False
         if not ok:
             return None
+    if src.aligned:  # one test for all pointers: OR them per alignment mask
+        terms = [f"({' | '.join(ps)}) & {mask}" for mask, ps in sorted(src.aligned.items())]
+        src.line(f"if {' or '.join(terms)}:", 2)
+        src.line("return False", 3)
     src.line("except Exception:")
     src.line("return False", 2)
     bounds = alias_bounds(written, spans)
