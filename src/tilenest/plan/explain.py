@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import io
 from collections import defaultdict
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from tilenest.plan.search import PlanningResult
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 # GPU operand layouts (cuda CudaTargetInfo) as table cells.
 _LAYOUT_TAGS = {"padded-copy": "pad", "kmajor-copy": "kmajor"}
@@ -23,6 +24,8 @@ def candidate_table(result: PlanningResult, top: int | None = 20) -> Table:
     terms = [n for n, _ in result.candidates[0].cost.terms] if result.candidates else []
     shown = result.candidates if top is None else result.candidates[:top]
     title = f"candidates ({len(shown)} of {len(result.candidates)} admitted, by rank)"
+    from rich.table import Table  # rich is imported when a table is rendered, not per compile
+
     table = Table(title=title, title_justify="left")
     # GPU candidates carry warps, stages and operand layouts; CPU ones do not.
     gpu = any(s.candidate.binding.warps is not None for s in shown)
@@ -56,6 +59,8 @@ def search_line(result: PlanningResult) -> str:
 
 def render(result: PlanningResult, top: int | None = 20, width: int = 160) -> str:
     buf = io.StringIO()
+    from rich.console import Console
+
     console = Console(file=buf, width=width, no_color=True, force_terminal=False)
     counts = ", ".join(f"{k} {v}" for k, v in result.counts().items() if v)
     console.print(

@@ -56,6 +56,15 @@ DEFAULT_BUDGET = 1024
 BOUND_ONLY = "_bound_only"
 PROVEN = {RejectionCategory.SEMANTIC, RejectionCategory.TARGET, RejectionCategory.RESOURCE}
 
+# Planner runs in this process (full and bound-only): what the plan cache's tests and
+# benchmarks/compile_time.py count to show that a cache hit plans nothing.
+_runs = 0
+
+
+def planner_runs() -> int:
+    """How many times `plan` ran in this process."""
+    return _runs
+
 
 @dataclass(frozen=True)
 class PlannerOptions:
@@ -278,6 +287,8 @@ def _status(ev: Evaluator, scored: list[ScoredCandidate]) -> str:
 def plan(fn: Function, info: TargetInfo, options: PlannerOptions | None = None
          ) -> PlanningResult:
     """Explore (per the strategy), admit, score and rank the declared space of `fn`."""
+    global _runs
+    _runs += 1
     opts = options or PlannerOptions()
     start = time.perf_counter()
     policy = opts.cost_policy or info.cost_policy()

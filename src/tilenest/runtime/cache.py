@@ -30,6 +30,7 @@ warning: loads miss, stores report False, and the caller compiles in memory.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -264,3 +265,34 @@ class DiskCache:
                 self._path(key, part).unlink(missing_ok=True)
             except OSError:
                 pass
+
+
+# ---------------------------------------------------------------------------------------------
+# What a stored decision or lowering depends on beyond its key: tilenest's own code
+
+
+@functools.cache
+def source_fingerprint() -> str:
+    """A digest of the name, size and modification time of every module of the installed
+    tilenest package, computed once per process (about a millisecond). Caches of
+    decisions and generated code (the plan cache, the cpu lowering cache) key on it, so
+    editing the planner or a backend in a source checkout never reuses what the old code
+    decided, even when the version string stays the same."""
+    h = hashlib.sha256()
+    stack = [str(Path(__file__).resolve().parents[1])]
+    while stack:
+        directory = stack.pop()
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.endswith(".py"):
+                try:
+                    st = entry.stat()
+                except OSError:
+                    continue
+                h.update(f"{entry.path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            elif entry.name != "__pycache__" and entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+    return h.hexdigest()

@@ -1,21 +1,327 @@
-"""The on-disk plan cache (issue 11; being written).
+"""The on-disk plan cache (issue 11): a planning decision stored per structural key, so that
+a fresh process compiles a kernel it planned before without planning it again.
 
 `planned_build(kernel, tensors, key, consts, target, options)` returns a CompiledKernel built
-from a stored planning decision for this structural key (no planning), or None. After a
-planned build the driver calls `remember(kernel, tensors, key, consts, target, options,
-compiled)` so a fresh process can skip planning.
+from a stored decision for this call's key (no tunable search, no planner run on cpu), or
+None. After a planned build the driver calls `remember(kernel, tensors, key, consts, target,
+options, compiled)`, which stores the decision. TILENEST_TUNE winners take precedence: the
+driver asks the tuning database (`tune.cached.tuned_build`) first.
+
+Key. The tuning database's structural key (`tune.key.key_of`: the TileIR hash with the open
+tunables at their first values plus their declarations, the tensor signature, the fixed
+constants, target, device, driver, compiler, tilenest version, cost-model version, numerical
+policy) plus what else a decision depends on: the call's planner options, the calibrated cost
+coefficients in use, the cpu snapshot budget (the stack limit), and a fingerprint of
+tilenest's own modules (`runtime.cache.source_fingerprint`), so that editing the planner in a
+checkout never reuses what the old code decided. The kernel's source changing changes the
+TileIR, so its hash. Calls that pass a `cost_policy=` object are not cached (a user object's
+repr does not identify its behaviour).
+
+Value. The selected tunable assignment and the complete plan record, encoded as a
+`TuneCandidate`, plus a summary of the planning that chose it (status, costs, the tunable
+search's lines), and the key's fields, compared again on load.
+
+Storage. `<cache root>/<digest>.plan` through `runtime.cache.DiskCache`: authenticated
+by the directory's secret, so a corrupt, truncated or planted entry (or one from another
+directory) fails its MAC, is evicted and the call plans as usual; one that authenticates but
+does not decode, does not match the key, or no longer compiles is evicted the same way.
+Writes are atomic renames, so concurrent processes read either a whole entry or none.
+
+A hit. The selected assignment is captured (one capture) and, on cpu, the plan record is
+validated and compiled directly (`CpuExecutable`: zero planner runs); on other targets the
+target's own `prepare` runs with the record as `plan=` (a planner run over a space of one).
+`explain()` says the decision came from the plan cache, and what it was; `compiled.planning`
+re-plans the selected assignment on first access (the planner's full result is not stored;
+the tunable search is not run again), which the explanation says too.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path
 from typing import Any
 
+from tilenest.errors import TileError, TuneError
+from tilenest.runtime.cache import DiskCache, cache_root, source_fingerprint
 
-def planned_build(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any], target: str,
-                  options: dict[str, Any]) -> Any:
-    return None
+FORMAT = "tilenest-plan-cache-1"
+_PART = "plan"
+MAX_ENTRY_BYTES = 1 << 18   # an entry is a few kilobytes
+MAX_SUMMARY_CHARS = 1 << 14
+# Options whose values are user objects: their repr does not identify their behaviour.
+UNCACHED_OPTIONS = frozenset({"cost_policy"})
+
+
+class _Stats:
+    """Per-process counters (tests and benchmarks read them)."""
+
+    def __init__(self) -> None:
+        self.hits = self.misses = self.stores = self.rejected = 0
+
+
+stats = _Stats()
+
+
+def plan_cache_dir() -> Path:
+    """`$TILENEST_CACHE_DIR`, else `~/.cache/tilenest`: entries are `<digest>.plan` files
+    beside the backends' (flat: tools and tests read the directory as files)."""
+    return cache_root()
+
+
+def _open() -> DiskCache | None:
+    return DiskCache.open(plan_cache_dir())
+
+
+def _applies(target: str, options: dict[str, Any]) -> bool:
+    from tilenest.tune.cached import hooks_off
+    from tilenest.tune.key import TARGET_FACTS
+
+    # The tuner's own compiles (hooks off) need the planner's full result every time; an
+    # option named with a leading underscore is internal (the tunable search's bound-only
+    # runs, plan.search.BOUND_ONLY), never a final decision.
+    return (target in TARGET_FACTS and not hooks_off()
+            and not UNCACHED_OPTIONS & options.keys()
+            and not any(k.startswith("_") for k in options))
+
+
+def _target_extra(target: str) -> str:
+    """Facts outside the tuning key that change a decision on `target`: on cpu the stack
+    limit, which sets the planner's snapshot budget (backends.cpu.target.snapshot_budget;
+    read here without importing the planner's target module)."""
+    if target == "cpu":
+        import resource
+
+        return f"stack limit {resource.getrlimit(resource.RLIMIT_STACK)}"
+    return ""
+
+
+def key_fields(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any], target: str,
+               options: dict[str, Any]) -> dict[str, str]:
+    """Every field the stored decision depends on, as strings."""
+    from tilenest.tune.key import key_of
+    from tilenest.tune.profiles import calibrated_coefficients
+
+    tkey = key_of(kernel, tensors, key, consts, target, options)
+    coefficients = calibrated_coefficients(target)
+    return {**tkey.fields(), "format": FORMAT,
+            "options": repr(tuple(sorted((k, repr(v)) for k, v in options.items()))),
+            "coefficients": repr(sorted(coefficients.items()) if coefficients else None),
+            "target_extra": _target_extra(target), "source": source_fingerprint()}
+
+
+def _digest(fields: dict[str, str]) -> str:
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _open_tunables(consts: dict[str, Any]) -> dict[str, Any]:
+    from tilenest.lang.tunable import Tunable
+
+    return {n: v for n, v in consts.items() if isinstance(v, Tunable)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Storing
+
+
+def _summary(compiled: Any) -> str:
+    """What the planning that chose this decision said, in a few lines."""
+    extras = compiled.executable.extras
+    lines = []
+    search = extras.get("tunables")
+    if search is not None:
+        lines.append(search.describe())
+    result = extras.get("planning")
+    if result is not None and result.selected is not None:
+        lines.append(f"planner: status {result.status}, {result.explored} of "
+                     f"{result.space_size} candidates explored ({result.method or result.strategy}"
+                     f"), selected total {result.selected.cost.total:.6g}")
+    return "\n".join(lines)[:MAX_SUMMARY_CHARS]
 
 
 def remember(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any], target: str,
              options: dict[str, Any], compiled: Any) -> None:
-    return None
+    """Store the decision of a planned build (best effort: a cache never fails a compile)."""
+    from tilenest.tune.candidate import TuneCandidate
+
+    if not _applies(target, options):
+        return
+    extras = compiled.executable.extras
+    result = extras.get("planning")
+    if "tuned" in extras or "plan_cache" in extras or result is None or result.selected is None:
+        return  # a stored winner, a cache hit or nothing planned: nothing to remember
+    values = {n: compiled.ir.consts[n] for n in _open_tunables(consts)}
+    try:
+        candidate = TuneCandidate.of(target, values, compiled.plan)
+        fields = key_fields(kernel, tensors, key, consts, target, options)
+    except TileError:
+        return  # a value the candidate encoding refuses: not cached
+    disk = _open()
+    if disk is None:
+        return
+    entry = json.dumps({"key": fields, "candidate": candidate.to_json(),
+                        "summary": _summary(compiled)}, sort_keys=True)
+    if disk.store(_digest(fields), {_PART: entry.encode()}):
+        stats.stores += 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def _decode(blob: bytes, fields: dict[str, str]) -> tuple[Any, str]:
+    """(candidate, summary) of an authenticated entry; TuneError when it is not one of ours
+    for exactly this key."""
+    from tilenest.tune.candidate import TuneCandidate
+
+    if len(blob) > MAX_ENTRY_BYTES:
+        raise TuneError("a plan cache entry of implausible size", loc=None)
+    try:
+        data = json.loads(blob.decode())
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise TuneError("a plan cache entry is not JSON", loc=None) from None
+    if not isinstance(data, dict) or set(data) != {"key", "candidate", "summary"}:
+        raise TuneError("a plan cache entry has other fields", loc=None)
+    if data["key"] != fields:
+        raise TuneError("a plan cache entry stored under another key", loc=None)
+    summary = data["summary"]
+    if not isinstance(summary, str) or len(summary) > MAX_SUMMARY_CHARS:
+        raise TuneError("a plan cache entry's summary is not text", loc=None)
+    return TuneCandidate.from_json(data["candidate"]), summary
+
+
+def planned_build(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any], target: str,
+                  options: dict[str, Any]) -> Any:
+    """The CompiledKernel of the stored decision for this call, or None (no entry, an entry
+    that is not trusted or no longer compiles: it is evicted and the caller plans)."""
+    if not _applies(target, options):
+        return None
+    disk = _open()
+    if disk is None:
+        return None
+    try:
+        fields = key_fields(kernel, tensors, key, consts, target, options)
+    except TileError:
+        return None  # the key's capture fails: the caller's planning reports the error
+    digest = _digest(fields)
+    blobs = disk.load(digest, [_PART])  # None also for a corrupt or planted entry (evicted)
+    if blobs is None:
+        stats.misses += 1
+        return None
+    try:
+        candidate, summary = _decode(blobs[_PART], fields)
+        compiled = _build(kernel, tensors, key, consts, target, options, candidate, summary,
+                          digest)
+    except TileError:
+        disk.evict(digest, [_PART])
+        stats.rejected += 1
+        return None
+    stats.hits += 1
+    return compiled
+
+
+def _build(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any], target: str,
+           options: dict[str, Any], candidate: Any, summary: str, digest: str) -> Any:
+    try:  # the compile driver (issue 11) moves these out of tilenest.lang
+        from tilenest.driver.compiled import CompiledKernel
+        from tilenest.driver.kernel import _consts_key
+    except ImportError:
+        from tilenest.lang.kernel import CompiledKernel, _consts_key  # type: ignore[no-redef]
+
+    if candidate.target != target:
+        raise TuneError(f"a {candidate.target} decision for a {target} call", loc=None)
+    values = candidate.constants_dict()
+    open_ = _open_tunables(consts)
+    if set(values) != set(open_) or not all(open_[n].admits(v) for n, v in values.items()):
+        raise TuneError("the stored assignment does not fit the call's tunables", loc=None)
+    resolved = {**consts, **values}
+    fn = kernel._function(tensors, key[0], resolved)
+    plan = candidate.plan_record()
+    if target == "cpu":
+        exe = _cpu_executable(fn, plan, options)
+    else:
+        from tilenest.backends.registry import preparer
+
+        exe = preparer(target)(fn, {**options, "plan": plan})
+        _prepend(exe, f"(the {target} target planned the stored record alone: a space of "
+                      f"one candidate)\n")
+    chosen = ", ".join(f"{n}={v!r}" for n, v in values.items())
+    _prepend(exe, (
+        f"plan cache: decision loaded from {plan_cache_dir()} (entry {digest[:16]}), stored "
+        f"by an earlier compile with the same structural key; the tunable search and the "
+        f"planner did not run now. compiled.planning re-plans the selected assignment on "
+        f"first access.\n  decision: {chosen + '; ' if chosen else ''}"
+        f"{getattr(plan, 'describe', plan.__repr__)()}\n  when it was planned:\n"
+        + "".join(f"    {line}\n" for line in summary.splitlines())))
+    exe.extras = _Replanning(exe.extras, target, fn, options)
+    exe.extras["plan_cache"] = (candidate, digest)
+    return CompiledKernel(kernel, (key[0], _consts_key(resolved)), exe, options)
+
+
+def _prepend(exe: Any, text: str) -> None:
+    """Put `text` before the executable's explanation (kept lazy where the Executable renders
+    its explanation on demand)."""
+    prepend = getattr(exe, "prepend_explanation", None)
+    if prepend is not None:
+        prepend(text)
+    else:
+        exe.explanation = text + exe.explanation
+
+
+def _cpu_executable(fn: Any, plan: Any, options: dict[str, Any]) -> Any:
+    """The cpu Executable of a stored plan record: validated, lowered and compiled, with no
+    planner run (the record passed admission when it was stored under this same key)."""
+    from tilenest.backends.cpu.jit import host_info
+    from tilenest.backends.cpu.launch import CpuExecutable
+    from tilenest.backends.cpu.plan import CpuPlan, validate
+    from tilenest.backends.registry import Executable
+    from tilenest.config import dump
+    from tilenest.numerics import as_policy
+
+    if not isinstance(plan, CpuPlan):
+        raise TuneError("a cpu decision without a CpuPlan", loc=None)
+    host = host_info()
+    validate(plan, fn, max(1, host.vector_bits // 32))
+    exe = CpuExecutable(fn, plan)
+    explanation = (f"numerical policy: {as_policy(options.get('policy')).describe()}\n"
+                   f"target cpu ({host.cpu_name}, {host.vector_bits}-bit vectors)\n"
+                   f"plan: {plan.describe()}\n"
+                   f"phases: " + ", ".join(f"{p.name} ({p.programs} programs, {p.lanes} per "
+                                            f"packet)" for p in exe.fast.lowered.phases) + "\n")
+    dump("llvm", fn.name, "ll", exe.fast.lowered.llvm_ir)
+    return Executable("cpu", fn, exe.run, plan=plan, source=exe.fast.lowered.llvm_ir,
+                      explanation=explanation, extras={"executable": exe})
+
+
+class _Replanning(dict):
+    """An Executable's extras whose "planning" entry is computed on first access: the
+    planner's result for the selected assignment (a plan-cache hit stores no result)."""
+
+    def __init__(self, extras: dict[str, Any], target: str, fn: Any,
+                 options: dict[str, Any]) -> None:
+        super().__init__(extras)
+        self._replan = (target, fn, options)
+
+    def _planning(self) -> Any:
+        if not dict.__contains__(self, "planning"):
+            from tilenest.backends.registry import planner
+
+            target, fn, options = self._replan
+            plan_one = planner(target)
+            dict.__setitem__(self, "planning",
+                             None if plan_one is None else plan_one(fn, options)[0])
+        return dict.__getitem__(self, "planning")
+
+    def __missing__(self, name: str) -> Any:
+        if name == "planning":
+            return self._planning()
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name == "planning" or dict.__contains__(self, name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name == "planning":
+            return self._planning()
+        return dict.get(self, name, default)

@@ -73,6 +73,12 @@ def database_off() -> Iterator[None]:
         _OFF.reset(token)
 
 
+def hooks_off() -> bool:
+    """Whether this thread or task is inside `database_off()` (the tuner's own compiles):
+    the plan cache stays out of those too, they need the planner's full result."""
+    return _OFF.get()
+
+
 def applies(kernel: Any, consts: dict[str, Any], tgt: str, options: dict[str, Any]) -> bool:
     """Whether a stored winner may decide this call's constants and plan."""
     return (tgt in TARGET_FACTS and any(isinstance(v, Tunable) for v in consts.values())

@@ -10,7 +10,6 @@ Non-goals: cross compilation, ORC/lazy compilation, linking modules together.
 
 from __future__ import annotations
 
-import ctypes.util
 import hashlib
 import os
 import re
@@ -53,8 +52,26 @@ def _init_native_target() -> None:
 
 
 # Libraries whose symbols generated code may need: libm for scalarized math intrinsics
-# (expf, ...), libgcc for soft-float helpers (__truncsfhf2, __divtf3, ...).
-_RUNTIME_LIBRARIES = ("m", "gcc_s")
+# (expf, ...), libgcc for soft-float helpers (__truncsfhf2, __divtf3, ...), with their usual
+# glibc sonames: dlopen finds those without `ctypes.util.find_library`, which runs
+# `ldconfig -p` (and imports subprocess) and costs tens of milliseconds per process.
+_RUNTIME_LIBRARIES = (("m", "libm.so.6"), ("gcc_s", "libgcc_s.so.1"))
+
+
+def _load_runtime_library(name: str, soname: str) -> None:
+    try:
+        llvm.load_library_permanently(soname)
+        return
+    except RuntimeError:
+        pass  # another libc or platform: search for it
+    from ctypes.util import find_library
+
+    path = find_library(name)
+    if path:
+        try:
+            llvm.load_library_permanently(path)
+        except RuntimeError:
+            pass  # only a missing-symbol BackendError later, never a crash
 
 
 def _ensure_llvm() -> None:
@@ -71,13 +88,8 @@ def _ensure_llvm() -> None:
         # make that happen now. Python loads libm with RTLD_LOCAL, so add it explicitly.
         tm = _target_machine(host_info(), 0)
         llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
-        for lib in _RUNTIME_LIBRARIES:
-            path = ctypes.util.find_library(lib)
-            if path:
-                try:
-                    llvm.load_library_permanently(path)
-                except RuntimeError:
-                    pass  # only a missing-symbol BackendError later, never a crash
+        for name, soname in _RUNTIME_LIBRARIES:
+            _load_runtime_library(name, soname)
         _initialized = True
 
 

@@ -7,25 +7,35 @@ of one root parallel. Programs are numbered in the plan's root-axis order
 outside any parallel form single-program phases; pure root values are recomputed in every
 phase that needs them. `args` holds the tensor base pointers, then an i32 status word that
 run-time errors (index out of range, division by zero) are written to.
+
+The emission itself is `emit.py`. `lower_function` keeps what it produced (the IR text,
+the phases, the run-time error messages) in a disk cache keyed by the printed TileIR with
+every op's source location, the plan, the vector width, the alias assumption and
+tilenest's own code (`runtime.cache.source_fingerprint`): a later process that lowers the
+same function under the same plan reads the text back (a few milliseconds) instead of
+emitting it again (tens of milliseconds), and the object cache (jit.py), keyed by that text,
+then loads the compiled object. Entries are authenticated (`runtime.cache.DiskCache`); one
+that fails its MAC or does not decode is evicted and the function is lowered again.
 """
+
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
-from llvmlite import ir
+from tilenest.backends.cpu.plan import CpuPlan
+from tilenest.ir.core import Function
+from tilenest.runtime.cache import DiskCache, cache_dir, source_fingerprint
 
-from tilenest.analysis.uses import UseInfo
-from tilenest.backends.cpu import scalars as sc
-from tilenest.backends.cpu.emitter import Emitter, c64
-from tilenest.backends.cpu.plan import CpuPlan, programs_per_packet
-from tilenest.backends.cpu.reprs import Idx
-from tilenest.backends.cpu.rules import lower_op, lower_ops
-from tilenest.errors import BackendError
-from tilenest.ir.core import Function, Op
-from tilenest.ir.dtypes import DType
-from tilenest.ir.ops import EFFECT, REGION, has_trait
-from tilenest.plan.traversal import grouped_coords
+if TYPE_CHECKING:
+    from tilenest.backends.cpu.emit import EmittedModule
+
+_LOWERING_FORMAT = "tilenest-cpu-lowering-1"
+_PART = "lowered"  # `<key>.lowered` beside the object cache's `<key>.o` (other keys)
+MAX_ENTRY_BYTES = 64 << 20  # the IR text of a large kernel is a few MB
 
 
 @dataclass
@@ -46,238 +56,87 @@ class LoweredModule:
     streamed_loads: int = 0
 
 
-@dataclass
-class Facts:
-    """What the rules may rely on, computed once per function and alias assumption."""
-
-    uses: UseInfo
-    vector_bits: int
-    assume_no_alias: bool
-    plan: CpuPlan
-    streamed: list[Op] = field(default_factory=list)
-
-    def packet_width(self, dtype: DType) -> int:
-        bits = 32 if dtype.bits < 32 else dtype.bits
-        return max(1, self.vector_bits // bits)
-
-    def may_stream(self, load: Op) -> bool:
-        """A load may read tensor memory in place when no store of this function can write
-        what it reads: its tensor is never stored to, and (unless the invocation proved the
-        arguments disjoint) no tensor is stored to at all."""
-        if not self.plan.stream_loads:
-            return False
-        stored = self.uses.stored_params
-        ok = load.operands[0] not in stored if self.assume_no_alias else not stored
-        if ok:
-            self.streamed.append(load)
-        return ok
-
-
-def _is_pure_root(op: Op) -> bool:
-    return not has_trait(op, EFFECT) and not has_trait(op, REGION) and op.name != "yield"
-
-
-def _bind_params(em: Emitter, fn: Function) -> None:
-    b = em.b
-    for i, p in enumerate(fn.params):
-        raw = b.load(b.gep(em.args_ptr, [c64(i)], inbounds=True))
-        em.params[p.value] = b.bitcast(raw, sc.memory_type(p.type.dtype).as_pointer())
-    raw = b.load(b.gep(em.args_ptr, [c64(len(fn.params))], inbounds=True))
-    em.status = b.bitcast(raw, sc.I32.as_pointer())
-
-
-def _lower_root_values(em: Emitter, fn: Function) -> None:
-    for op in fn.body.ops:
-        if _is_pure_root(op) and all(v in em.env or v.owner is None for v in op.operands):
-            lower_op(em, op)
-
-
-class _IrArith:
-    """`plan.traversal.Arith` over LLVM i64 scalars or <lanes x i64> vectors (values are
-    non-negative, so unsigned division is exact)."""
-
-    def __init__(self, b: ir.IRBuilder, lanes: int) -> None:
-        self.b, self.lanes = b, lanes
-
-    def const(self, v: int) -> ir.Value:
-        if self.lanes == 1:
-            return c64(v)
-        return ir.Constant(ir.VectorType(sc.I64, self.lanes), [v] * self.lanes)
-
-    def add(self, a: ir.Value, b: ir.Value) -> ir.Value:
-        return self.b.add(a, b)
-
-    def sub(self, a: ir.Value, b: ir.Value) -> ir.Value:
-        return self.b.sub(a, b)
-
-    def mul(self, a: ir.Value, b: ir.Value) -> ir.Value:
-        return self.b.mul(a, b)
-
-    def div(self, a: ir.Value, b: ir.Value) -> ir.Value:
-        return self.b.udiv(a, b)
-
-    def rem(self, a: ir.Value, b: ir.Value) -> ir.Value:
-        return self.b.urem(a, b)
-
-    def min(self, a: ir.Value, b: ir.Value) -> ir.Value:
-        return self.b.select(self.b.icmp_unsigned("<", a, b), a, b)
-
-
-def _program_coords(em: Emitter, op: Op, j: ir.Value, lanes: int,
-                    order: tuple[int, ...], traversal: tuple[int, int] = (1, 1)) -> list[Idx]:
-    """Unflatten program number(s) j into the root domain coordinates: the last two ordered
-    axes follow the grouped-rectangle traversal (`plan.traversal`, a proven bijection),
-    earlier axes are batches in row-major order."""
-    domain = op.attrs["domain"]
-    extents = [e for _, e in domain]
-    ar = _IrArith(em.b, lanes)
-    values: list[ir.Value | None] = [None] * len(extents)
-    rem = j
-    head = order
-    if len(order) >= 2 and traversal != (1, 1):
-        rows, cols = extents[order[-2]], extents[order[-1]]
-        grid = ar.const(rows * cols)
-        inner = ar.rem(rem, grid) if len(order) > 2 else rem
-        r, c = grouped_coords(ar, inner, rows, cols, *traversal)
-        values[order[-2]], values[order[-1]] = r, c
-        rem = ar.div(rem, grid)
-        head = order[:-2]
-    for t in reversed(range(len(head))):
-        axis = head[t]
-        d = extents[axis]
-        values[axis] = ar.rem(rem, ar.const(d)) if t > 0 else rem
-        if t > 0:
-            rem = ar.div(rem, ar.const(d))
-    return [Idx(v, lanes == 1, 0, extents[a] - 1) for a, v in enumerate(values)
-            if v is not None]
-
-
-def _packet_numbers(em: Emitter, j0: ir.Value, lanes: int) -> ir.Value:
-    """The program numbers of one packet; lanes past `end` repeat the last program (their
-    duplicate stores write the same values as the real program, so they are harmless)."""
-    if lanes == 1:
-        return j0
-    b = em.b
-    vec_t = ir.VectorType(sc.I64, lanes)
-    undef = ir.Constant(vec_t, None)
-    splat = b.shuffle_vector(b.insert_element(undef, j0, c64(0)), undef,
-                             ir.Constant(ir.VectorType(sc.I32, lanes), None))
-    j = b.add(splat, ir.Constant(vec_t, list(range(lanes))))
-    last = b.sub(em.end, c64(1))
-    last_v = b.shuffle_vector(b.insert_element(undef, last, c64(0)), undef,
-                              ir.Constant(ir.VectorType(sc.I32, lanes), None))
-    return b.select(b.icmp_signed("<", j, last_v), j, last_v)
-
-
-def _emit_parallel_phase(module: ir.Module, name: str, fn: Function, op: Op, plan: CpuPlan,
-                         facts: Facts, errors: list[str], packet_width: int) -> PhaseSpec:
-    lanes = programs_per_packet(plan, packet_width)
-    em = Emitter(module, name, plan, lanes, facts, errors)
-    _bind_params(em, fn)
-    _lower_root_values(em, fn)
-    domain = op.attrs["domain"]
-    order = plan.root_axis_order or tuple(range(len(domain)))
-    if len(order) != len(domain):
-        order = tuple(range(len(domain)))
-    programs = 1
-    for _, e in domain:
-        programs *= e
-    body = op.body
-
-    def packet(j0: ir.Value) -> None:
-        j = _packet_numbers(em, j0, lanes)
-        coords = _program_coords(em, op, j, lanes, order, plan.program_traversal)
-        for arg, c in zip(body.args, coords, strict=True):
-            em.env[arg] = c
-        lower_ops(em, body.ops)
-
-    em.loop(em.start, em.end, packet, step=lanes, name="prog")
-    em.finish()
-    return PhaseSpec(name, programs, lanes)
-
-
-def _emit_root_phase(module: ir.Module, name: str, fn: Function, ops: list[Op],
-                     plan: CpuPlan, facts: Facts, errors: list[str]) -> PhaseSpec:
-    em = Emitter(module, name, plan, 1, facts, errors)
-    _bind_params(em, fn)
-    _lower_root_values(em, fn)
-    for op in ops:
-        lower_op(em, op)
-    em.finish()
-    return PhaseSpec(name, 1, 1)
-
-
-@dataclass
-class EmittedModule:
-    """The in-memory module and the facts emission decided (what resource analysis reads)."""
-
-    module: ir.Module
-    phases: list[PhaseSpec]
-    errors: list[str]
-    facts: Facts
-
-
-def lower_function(fn: Function, plan: CpuPlan, vector_bits: int, *,
-                   assume_no_alias: bool) -> LoweredModule:
-    """The LLVM IR of a function under a plan (streaming loads only under `assume_no_alias`,
-    which the launcher checks at every invocation)."""
-    em = emit_module(fn, plan, vector_bits, assume_no_alias=assume_no_alias)
-    return LoweredModule(str(em.module), em.phases, em.errors, len(em.facts.streamed))
-
 
 def emit_module(fn: Function, plan: CpuPlan, vector_bits: int, *,
                 assume_no_alias: bool) -> EmittedModule:
-    """Emit every phase of `fn` into an llvmlite module (no text, no JIT)."""
-    module = ir.Module(name=fn.name)
-    facts = Facts(UseInfo.of(fn), vector_bits, assume_no_alias, plan)
-    errors: list[str] = []
-    phases: list[PhaseSpec] = []
-    pending: list[Op] = []
-    packet_width = max(1, vector_bits // 32)
+    """Emit every phase of `fn` into an llvmlite module (no text, no JIT; see emit.py)."""
+    from tilenest.backends.cpu.emit import emit_module as emit
 
-    def flush() -> None:
-        if pending:
-            name = f"{fn.name}_phase{len(phases)}"
-            phases.append(_emit_root_phase(module, name, fn, list(pending), plan, facts,
-                                           errors))
-            pending.clear()
-
-    for op in fn.body.ops:
-        if op.name == "parallel":
-            flush()
-            name = f"{fn.name}_phase{len(phases)}"
-            phases.append(_emit_parallel_phase(module, name, fn, op, plan, facts, errors,
-                                               packet_width))
-        elif not _is_pure_root(op):
-            _check_root_effect(facts.uses, fn, op)
-            pending.append(op)
-    flush()
-    for spec in phases:
-        spec.frame_bytes = frame_bytes(module.get_global(spec.name))
-    return EmittedModule(module, phases, errors, facts)
+    return emit(fn, plan, vector_bits, assume_no_alias=assume_no_alias)
 
 
-def _type_bytes(t: ir.Type) -> int:
-    if isinstance(t, ir.IntType):
-        return max(1, t.width // 8)
-    if isinstance(t, (ir.VectorType, ir.ArrayType)):
-        return t.count * _type_bytes(t.element)
-    return {ir.HalfType: 2, ir.FloatType: 4, ir.DoubleType: 8}.get(type(t), 8)
+def lower_function(fn: Function, plan: CpuPlan, vector_bits: int, *,
+                   assume_no_alias: bool, cache: bool = True) -> LoweredModule:
+    """The LLVM IR of a function under a plan (streaming loads only under `assume_no_alias`,
+    which the launcher checks at every invocation); read from the lowering cache when an
+    earlier process lowered the same function under the same plan."""
+    key = lowering_key(fn, plan, vector_bits, assume_no_alias) if cache else None
+    disk = DiskCache.open(cache_dir()) if key is not None else None
+    if disk is not None and key is not None:
+        hit = _load(disk, key)
+        if hit is not None:
+            return hit
+    em = emit_module(fn, plan, vector_bits, assume_no_alias=assume_no_alias)
+    lowered = LoweredModule(str(em.module), em.phases, em.errors, len(em.facts.streamed))
+    if disk is not None and key is not None:
+        disk.store(key, {_PART: _encode(lowered)})
+    return lowered
 
 
-def frame_bytes(function: ir.Function) -> int:
-    """Stack bytes the allocas of `function` take (64-byte aligned each, as emitted)."""
-    total = 0
-    for block in function.blocks:
-        for instr in block.instructions:
-            if isinstance(instr, ir.AllocaInstr):
-                total += -(-_type_bytes(instr.allocated_type) // 64) * 64
-    return total
+def lowering_key(fn: Function, plan: CpuPlan, vector_bits: int, assume_no_alias: bool) -> str:
+    """Everything the emitted text depends on: the TileIR (its printed form, which names
+    every type, attribute and constant), each op's full source location (run-time error
+    messages name it), the plan, the vector width, the alias assumption, tilenest's code."""
+    from tilenest.ir.printer import print_function
+
+    h = hashlib.sha256()
+    for part in (_LOWERING_FORMAT, source_fingerprint(), repr(plan), vector_bits,
+                 assume_no_alias, print_function(fn)):
+        h.update(str(part).encode())
+        h.update(b"\0")
+    for op in fn.walk():
+        h.update(f"{op.loc}\n".encode())
+    return h.hexdigest()
 
 
-def _check_root_effect(uses: UseInfo, fn: Function, op: Op) -> None:
-    """Root effects run as a single program; their results cannot feed a later phase."""
-    if uses.escaping_user(op, fn.body) is not None:
-        raise BackendError(
-            f"the cpu backend cannot pass the result of a root-level '{op.name}' into a "
-            f"parallel region; load it inside the region instead", loc=op.loc)
+def _encode(lowered: LoweredModule) -> bytes:
+    return json.dumps({"llvm_ir": lowered.llvm_ir,
+                       "phases": [asdict(p) for p in lowered.phases],
+                       "errors": lowered.errors,
+                       "streamed_loads": lowered.streamed_loads}).encode()
+
+
+def _load(disk: DiskCache, key: str) -> LoweredModule | None:
+    """The stored lowering, or None; an authenticated entry that does not decode (a format
+    change) is evicted (DiskCache.load evicts one that fails its MAC itself)."""
+    blobs = disk.load(key, [_PART])
+    if blobs is None:
+        return None
+    try:
+        return _decode(blobs[_PART])
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError):
+        disk.evict(key, [_PART])
+        return None
+
+
+def _decode(blob: bytes) -> LoweredModule:
+    if len(blob) > MAX_ENTRY_BYTES:
+        raise ValueError("implausible size")
+    data: Any = json.loads(blob.decode())
+    if not isinstance(data, dict) or set(data) != {"llvm_ir", "phases", "errors",
+                                                   "streamed_loads"}:
+        raise ValueError("other fields")
+    text, errors, streamed = data["llvm_ir"], data["errors"], data["streamed_loads"]
+    if (not isinstance(text, str) or not isinstance(errors, list)
+            or not all(isinstance(e, str) for e in errors)
+            or type(streamed) is not int or not isinstance(data["phases"], list)):
+        raise ValueError("fields of other types")
+    phases = []
+    for p in data["phases"]:
+        if (not isinstance(p, dict) or set(p) != {"name", "programs", "lanes", "frame_bytes"}
+                or not isinstance(p["name"], str)
+                or not all(type(p[k]) is int and p[k] >= 0
+                           for k in ("programs", "lanes", "frame_bytes"))):
+            raise ValueError("a phase of another shape")
+        phases.append(PhaseSpec(**p))
+    return LoweredModule(text, phases, errors, streamed)

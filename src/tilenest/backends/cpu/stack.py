@@ -10,7 +10,6 @@ one-instruction JIT'd function, so the check is exact rather than an assumption.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import threading
 
@@ -47,8 +46,16 @@ def _stack_pointer() -> int:
 
 
 def _libc() -> ctypes.CDLL | None:
+    # glibc's soname first: `ctypes.util.find_library` runs `ldconfig -p` (tens of ms at
+    # every import of the cpu backend).
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        pass
+    from ctypes.util import find_library
+
+    try:
+        return ctypes.CDLL(find_library("c") or "libc.so.6", use_errno=True)
     except OSError:
         return None
 
