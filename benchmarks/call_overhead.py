@@ -139,6 +139,7 @@ def time_rounds(contenders: dict[str, Call], calls: int, rounds: int,
     `sync` (cuda): host time excludes the final synchronization, `inclusive_us` includes it."""
     host: dict[str, list[float]] = {n: [] for n in contenders}
     inclusive: dict[str, list[float]] = {n: [] for n in contenders}
+    cpu: dict[str, list[float]] = {n: [] for n in contenders}
     for call in contenders.values():  # warm-up: compile caches, pool workers, allocator
         for _ in range(min(50, calls)):
             call()
@@ -146,10 +147,12 @@ def time_rounds(contenders: dict[str, Call], calls: int, rounds: int,
         sync()
     for _ in range(rounds):
         for name, call in contenders.items():
+            c0 = time.process_time()
             t0 = time.perf_counter()
             for _ in range(calls):
                 call()
             t1 = time.perf_counter()
+            cpu[name].append((time.process_time() - c0) / calls * 1e6)
             if sync is not None:
                 sync()
             t2 = time.perf_counter()
@@ -158,7 +161,7 @@ def time_rounds(contenders: dict[str, Call], calls: int, rounds: int,
     out = {}
     for name in contenders:
         rec = {"host_us": statistics.median(host[name]), "min_us": min(host[name]),
-               "samples_us": host[name]}
+               "samples_us": host[name], "process_cpu_us": statistics.median(cpu[name])}
         if sync is not None:
             rec["inclusive_us"] = statistics.median(inclusive[name])
         out[name] = rec
@@ -321,7 +324,8 @@ def table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     if cuda:
         header += [f"{n} incl. GPU µs" for n in names]
     base = "torch" if cuda else "numpy"
-    header += [f"compiled / {base}", "binder min µs", "other load"]
+    header += [f"compiled / {base}", "binder min µs", "binder cpu µs", f"{base} cpu µs",
+               "other load"]
     rows = []
     for c in doc["cases"]:
         t = c["timings"]
@@ -333,6 +337,8 @@ def table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         theirs = t.get(base, {}).get("host_us")
         row.append(f"{mine / theirs:.2f}x" if mine and theirs else "-")
         row.append(_cell(c, "tilenest binder", "min_us"))
+        row.append(_cell(c, "tilenest binder", "process_cpu_us"))
+        row.append(_cell(c, base, "process_cpu_us"))
         row.append(f"{100 * c.get('foreign_cpu_fraction', 0.0):.0f}%")
         rows.append(row)
     return header, rows
@@ -347,7 +353,9 @@ def markdown(doc: dict[str, Any]) -> str:
              f"torch {m['torch']}; commit `{(m['git_commit'] or '?')[:10]}`"
              f"{' (dirty)' if m['git_dirty'] else ''}. Goal (issue 11): {goal}.", "",
              f"Median of {doc['rounds']} interleaved rounds of {doc['calls']} back-to-back "
-             "calls, per call (`binder min`: the fastest round). `picked`: the constants of "
+             "calls, per call (`binder min`: the fastest round; `cpu µs`: this process's CPU "
+             "time per call, all its threads, which preemption by other processes does not "
+             "inflate). `picked`: the constants of "
              "the compiled specialization. `other load`: share of the machine's CPU time used "
              "by other processes while the case was timed (above ~5% the numbers are "
              "disturbed).", "",
