@@ -92,6 +92,17 @@ def test_call_through_torch_ops_matches_numpy() -> None:
     assert rel_err(y, rms_ref(xt, w)) < 1e-5
 
 
+def test_kernel_torch_op_spelling() -> None:
+    """`k.torch_op(name, mutates=(...))`, the spelling of DESIGN §3a."""
+    name = fresh("softmax_method")
+    op = softmax.softmax.torch_op(name, mutates=("Y",))
+    assert register(softmax.softmax, name, mutates=("Y",)) is op
+    x = 3.0 * torch.randn(16, 64)
+    y = torch.empty_like(x)
+    op_of(name)(x, y)
+    assert rel_err(y, softmax.reference(x.double().numpy())) < 1e-5
+
+
 def test_constants_fixed_at_registration_leave_the_schema() -> None:
     name = fresh("rmsnorm_eps")
     op = register(rmsnorm.rmsnorm, name, mutates=("Y",), EPS=0.25, ROWS=4)

@@ -190,7 +190,7 @@ def _call_constants(entry: _Entry, consts: dict[str, Any]) -> dict[str, Any]:
 
 def _launch(entry: _Entry, tensors: tuple[torch.Tensor, ...], consts: dict[str, Any]) -> None:
     kconsts = _call_constants(entry, consts)
-    key = (tuple((t.dtype, tuple(t.shape), t.stride(), t.device) for t in tensors),
+    key = (tuple((t.dtype, t.shape, t.stride(), t.device) for t in tensors),
            tuple(constant_key(k, v) for k, v in sorted(kconsts.items())))
     compiled = entry.compiled.get(key)
     if compiled is None:
