@@ -182,6 +182,31 @@ def test_fake_rule_writes_nothing_and_checks_shapes() -> None:
             op(x, y, torch.empty(40, dtype=torch.complex64))
 
 
+@tn.kernel
+def picky(X, Y, *, BLOCK=tn.tunable(16, 8)):
+    assert X.shape[0] % BLOCK == 0, "BLOCK must divide the length"
+    blocks, b = tn.axis("blocks", X.shape[0] // BLOCK), tn.axis("b", BLOCK)
+    for nest in tn.parallel(blocks):
+        i0 = nest.index() * BLOCK
+        Y.tile((i0,), (b,)).store(X.tile((i0,), (b,)).load() + 1.0)
+
+
+def test_fake_rule_tries_the_other_tunable_values() -> None:
+    """A first tunable value that cannot capture is no error when the planner has another
+    one; only a shape no value admits fails while tracing."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    op = register(picky, fresh("picky"), mutates=("Y",))
+    with FakeTensorMode():
+        assert op(torch.empty(24), torch.empty(24)) is None  # 24: BLOCK=8 only
+        with pytest.raises(tn.TileError, match="BLOCK must divide"):
+            op(torch.empty(12), torch.empty(12))
+    x = torch.randn(24)
+    y = torch.empty(24)
+    op(x, y)
+    np.testing.assert_allclose(y.numpy(), x.numpy() + 1.0, rtol=1e-6)
+
+
 def test_opcheck_passes() -> None:
     name = fresh("scale_add")
     op = register(scale_add, name, mutates=("Z",))

@@ -35,6 +35,7 @@ Only this module imports torch, and only when it is imported: the core never nee
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 import re
 from collections.abc import Iterable
@@ -43,7 +44,7 @@ from typing import Any
 
 import torch
 
-from tilenest.errors import ArgumentError
+from tilenest.errors import ArgumentError, TileError
 from tilenest.ir import dtypes as dt
 from tilenest.lang.tunable import Tunable
 from tilenest.runtime.args import constant_key, written_params
@@ -233,4 +234,22 @@ def _check_fake(entry: _Entry, tensors: tuple[torch.Tensor, ...], consts: dict[s
         all(type(v) in (bool, int, float) or v is None or isinstance(v, (str, tuple))
             for v in kconsts.values())
     if concrete:  # symbolic sizes (dynamic shapes) cannot be captured: the real call checks
-        _check_stores(entry, entry.kernel.ir(*tensors, **kconsts))
+        _check_stores(entry, _capture(entry.kernel, tensors, kconsts))
+
+
+def _capture(kernel: Any, tensors: tuple[torch.Tensor, ...], consts: dict[str, Any]) -> Any:
+    """The Function a call would run, or the error it would raise. Open tunables capture at
+    their first values; if that fails, the planner would try the other assignments, so the
+    error is the call's only when no assignment captures (the first assignment's error)."""
+    try:
+        return kernel.ir(*tensors, **consts)
+    except TileError as first:
+        open_names = [n for n in kernel.tunables if n not in consts]
+        values = [kernel.tunables[n].values for n in open_names]
+        for assignment in itertools.islice(itertools.product(*values), 1, None):
+            try:
+                return kernel.ir(*tensors, **consts, **dict(zip(open_names, assignment,
+                                                                strict=True)))
+            except TileError:
+                continue
+        raise first from None
