@@ -61,8 +61,8 @@ def _old_modules(rev: str, folder: Path) -> dict[str, Any]:
 def measure(kernel: str, m: int, n: int, rev: str, folder: Path) -> dict[str, Any]:
     from tilenest.backends.cpu import vecmath
     from tilenest.backends.cpu.rules import TABLE
+    from tilenest.driver.kernel import Kernel
     from tilenest.examples import EXAMPLES
-    from tilenest.lang.kernel import Kernel
 
     after_reduce, after_math = TABLE.rules["reduce"], vecmath.math_function
     old = _old_modules(rev, folder)  # executing the old rules registers its reduce rule

@@ -412,7 +412,7 @@ def compile_times(kernel_name: str, shape: dict[str, int], repeats: int) -> dict
     """Capture, lower + JIT, cold (fresh cache dir, empty memory cache, fresh Kernel) and
     cached (a disk-cache hit in a fresh Kernel), `repeats` times each."""
     from tilenest.backends.cpu import jit
-    from tilenest.lang.kernel import Kernel
+    from tilenest.driver.kernel import Kernel
 
     ex = kernels()[kernel_name]
     args = _compile_args(ex, shape)

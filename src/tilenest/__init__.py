@@ -5,6 +5,10 @@ aggregated (`reduce`) over immutable Tiles; tilenest captures it into TileIR, pl
 realization and runs it on a target (the reference interpreter, CPU, CUDA).
 """
 
+from tilenest.driver.compiled import CompiledKernel as CompiledKernel
+from tilenest.driver.kernel import Kernel as Kernel
+from tilenest.driver.kernel import interpret as interpret
+from tilenest.driver.kernel import kernel as kernel
 from tilenest.errors import ArgumentError as ArgumentError
 from tilenest.errors import BackendError as BackendError
 from tilenest.errors import CaptureError as CaptureError
@@ -47,11 +51,7 @@ from tilenest.lang.elementwise import sigmoid as sigmoid
 from tilenest.lang.elementwise import sqrt as sqrt
 from tilenest.lang.elementwise import tanh as tanh
 from tilenest.lang.elementwise import where as where
-from tilenest.lang.kernel import CompiledKernel as CompiledKernel
-from tilenest.lang.kernel import Kernel as Kernel
 from tilenest.lang.kernel import func as func
-from tilenest.lang.kernel import interpret as interpret
-from tilenest.lang.kernel import kernel as kernel
 from tilenest.lang.nest import parallel as parallel
 from tilenest.lang.nest import pipeline as pipeline
 from tilenest.lang.nest import reduce as reduce

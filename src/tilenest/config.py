@@ -31,6 +31,11 @@ class Knob(Generic[T]):
     parse: Callable[[str], T]
     default: Callable[[], T]
 
+    def raw(self) -> str | None:
+        """The variable's text as it is, unparsed: a cheap test of whether it changed (the
+        call path compares it with the text a cached decision was made under)."""
+        return os.environ.get(self.name)
+
     def read(self) -> T:
         raw = os.environ.get(self.name, "")
         if not raw.strip():
@@ -71,6 +76,13 @@ DUMP_STAGES: dict[str, str] = {
     "llvm": "cpu LLVM IR as generated",
     "llvm-opt": "cpu LLVM IR after optimization",
     "triton": "cuda Triton source",
+    # The compile driver's stage names (tilenest.driver.stages): naming a stage dumps the
+    # artifact it produced (for lower/codegen the same files as llvm/llvm-opt/triton).
+    "capture": "captured TileIR (as ir)",
+    "verify": "the verifier's summary of the captured TileIR",
+    "lower": "the target's lowered code (cpu LLVM IR, cuda Triton source)",
+    "codegen": "cpu LLVM IR after optimization (as llvm-opt)",
+    "load": "what was loaded: entry points and their launch shapes",
 }
 
 
@@ -176,7 +188,8 @@ def _target(text: str) -> str:
 # The knobs
 
 CHECKS = _register(Knob(
-    "TILENEST_CHECKS", "1/true/yes/on or 0/false/no/off (re-verify the IR after every pass)",
+    "TILENEST_CHECKS", "1/true/yes/on or 0/false/no/off (re-verify the TileIR after every "
+    "compile stage)",
     _bool, lambda: False))
 DUMP = _register(Knob(
     "TILENEST_DUMP", f"a comma list of stages from {', '.join(DUMP_STAGES)}",
@@ -248,8 +261,12 @@ def dump(stage: str, name: str, ext: str, text: str | Callable[[], str]) -> None
         raise ValueError(f"internal: dump stage {stage!r} is not in config.DUMP_STAGES")
     if stage not in DUMP.read():
         return
-    body = text() if callable(text) else text
-    directory = DUMP_DIR.read()
+    write_dump(DUMP_DIR.read(), stage, name, ext, text() if callable(text) else text)
+
+
+def write_dump(directory: str | None, stage: str, name: str, ext: str, body: str) -> None:
+    """Write one artifact to `directory/<name>.<stage>.<ext>` (None: stderr); the compile
+    driver calls it with the directory its CompileOptions read once."""
     if not directory:
         print(body, file=sys.stderr)
         return

@@ -17,9 +17,9 @@ import pytest
 from tilenest.backends.cpu.cost import CpuCostPolicy
 from tilenest.backends.cuda.cost import GpuCostPolicy
 from tilenest.backends.registry import planner
+from tilenest.driver.kernel import _with_defaults
 from tilenest.errors import TileError
 from tilenest.examples import EXAMPLES, empty_args
-from tilenest.lang.kernel import _with_defaults
 from tilenest.tune import calibrate as cal
 from tilenest.tune.features import decode, features_of, scheduled_work
 from tilenest.tune.profiles import (

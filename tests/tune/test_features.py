@@ -14,9 +14,9 @@ import pytest
 
 from tilenest.backends.cpu.plan import CpuPlan
 from tilenest.backends.registry import planner
+from tilenest.driver.kernel import _with_defaults
 from tilenest.errors import TuneError
 from tilenest.examples import EXAMPLES, empty_args
-from tilenest.lang.kernel import _with_defaults
 from tilenest.tune.candidate import TuneCandidate
 from tilenest.tune.db import TuningDB
 from tilenest.tune.features import (

@@ -27,36 +27,53 @@ def _run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess:
                           **kwargs)
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    tmp = tmp_path_factory.mktemp("installed")
+def _shared_dir(factory: pytest.TempPathFactory) -> Path:
+    """One build per test run: xdist workers of a run share their base temp's parent and
+    the run's id (PYTEST_XDIST_TESTRUNUID); a plain run has its own base temp."""
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run_id is None:
+        return factory.getbasetemp() / "installed"
+    return factory.getbasetemp().parent / f"installed-{run_id}"
+
+
+def _build(tmp: Path) -> None:
     source = tmp / "source"
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     shutil.copytree(ROOT / "src", source / "src",
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc"))
-    wheels = tmp / "wheels"
     built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                  "--no-index", "-q", str(source), "-w", str(wheels)], cwd=source)
+                  "--no-index", "-q", str(source), "-w", str(tmp / "wheels")], cwd=source)
     assert built.returncode == 0, built.stderr
-    (wheel,) = wheels.glob("tilenest-*.whl")
-    site = tmp / "site"
+    (wheel,) = (tmp / "wheels").glob("tilenest-*.whl")
     done = _run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q",
-                 "--target", str(site), str(wheel)])
+                 "--target", str(tmp / "site"), str(wheel)])
     assert done.returncode == 0, done.stderr
-    env_dir = tmp / "env"
-    made = _run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)])
+    made = _run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "env")])
     assert made.returncode == 0, made.stderr
-    python = env_dir / "bin" / "python"
-    env_site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
+    env_site = _run([str(tmp / "env" / "bin" / "python"), "-c",
+                     "import sysconfig; print(sysconfig.get_path('purelib'))"])
     # numpy, llvmlite, rich (and torch) from this environment, without its .pth files.
     Path(env_site.stdout.strip(), "deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    workdir = tmp / "elsewhere"
-    workdir.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(site), "TILENEST_CACHE_DIR": str(tmp / "cache"),
-           "TILENEST_TUNE": "off"}
-    return {"python": str(python), "cwd": workdir, "env": env, "site": site, "wheel": wheel}
+    (tmp / "built").write_text(str(wheel))
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    import fcntl
+
+    shared = _shared_dir(tmp_path_factory)
+    shared.mkdir(parents=True, exist_ok=True)
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first worker builds, the others wait for it
+        if not (shared / "built").exists():
+            _build(shared)
+    workdir = tmp_path_factory.mktemp("elsewhere")
+    env = {**os.environ, "PYTHONPATH": str(shared / "site"),
+           "TILENEST_CACHE_DIR": str(workdir / "cache"), "TILENEST_TUNE": "off"}
+    return {"python": str(shared / "env" / "bin" / "python"), "cwd": workdir, "env": env,
+            "site": shared / "site", "wheel": Path((shared / "built").read_text())}
 
 
 def tilenest(installed: dict[str, object], *args: str) -> subprocess.CompletedProcess:

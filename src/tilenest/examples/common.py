@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from tilenest.lang.kernel import Kernel
+from tilenest.driver.kernel import Kernel
 from tilenest.runtime.args import describe_tensor
 
 # Max |out - ref| / max |ref| that each element type must meet (DESIGN.md §7).

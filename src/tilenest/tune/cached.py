@@ -178,7 +178,8 @@ def compile_winner(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any
                    tkey: TuneKey | None = None) -> Any:
     """Prepare the call with the winner's tunable values and plan record."""
     from tilenest.backends.registry import preparer
-    from tilenest.lang.kernel import CompiledKernel, _consts_key
+    from tilenest.driver.compiled import CompiledKernel
+    from tilenest.driver.kernel import _consts_key
 
     if candidate.target != tgt:
         raise TuneError(f"the winner is a {candidate.target} candidate, the call runs on {tgt}",

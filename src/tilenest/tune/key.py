@@ -143,8 +143,8 @@ def kernel_name(kernel: Any) -> str:
 
 
 def _structure(kernel: Any, tensors: dict, tensor_key: tuple, consts: dict[str, Any]) -> str:
+    from tilenest.driver.kernel import _with_defaults
     from tilenest.ir.printer import print_function
-    from tilenest.lang.kernel import _with_defaults
 
     fn = kernel._function(tensors, tensor_key, _with_defaults(consts))
     h = hashlib.sha256(print_function(fn).encode())

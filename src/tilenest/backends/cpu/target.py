@@ -34,14 +34,11 @@ from tilenest.backends.cpu.families import FamilyChoice
 from tilenest.backends.cpu.families import choose as choose_families
 from tilenest.backends.cpu.jit import host_info
 from tilenest.backends.cpu.plan import CpuPlan, default_partitions, validate
-from tilenest.backends.registry import Executable
-from tilenest.config import dump
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
 from tilenest.numerics import as_policy
 from tilenest.plan.constraints import Constraints
 from tilenest.plan.cost import CostPolicy
-from tilenest.plan.explain import render
 from tilenest.plan.records import (
     ROW_MAJOR,
     Admission,
@@ -53,10 +50,9 @@ from tilenest.plan.records import (
     Resources,
     Schedule,
 )
-from tilenest.plan.search import plan, planner_options, require_selection
+from tilenest.plan.search import plan, planner_options
 from tilenest.plan.target import TargetFacts
 from tilenest.runtime.pool import env_num_threads
-from tilenest.tune.profiles import profile_note
 
 # Seed 004 §4: the reusable CPU info proposes these block widths, in lanes.
 BLOCK_WIDTHS = (32, 64, 128, 256, 512, 1024)
@@ -330,7 +326,7 @@ class CpuTargetInfo:
                          candidate.index)
 
 
-# ------------------------------------------------------------------------- prepare
+# ------------------------------------------------------------------------- planning
 
 
 def _constraints(options: dict[str, Any], width: int) -> tuple[Constraints, bool]:
@@ -373,30 +369,3 @@ def plan_cpu(fn: Function, options: dict[str, Any]):  # -> (PlanningResult, CpuT
                          families=picked)
     opts = planner_options(options, cons)
     return plan(fn, info, opts), info
-
-
-def prepare(fn: Function, options: dict[str, Any], planned: tuple[Any, Any] | None = None
-            ) -> Executable:
-    """Plan (every compile) and compile for the host CPU."""
-    from tilenest.backends.cpu.launch import CpuExecutable
-
-    result, info = planned if planned is not None else plan_cpu(fn, options)
-    selected = require_selection(result, fn.name)
-    chosen = selected.plan
-    exe = CpuExecutable(fn, chosen)
-    host = host_info()
-    policy = as_policy(options.get("policy"))
-    explanation = (
-        f"numerical policy: {policy.describe()}\n"
-        f"{profile_note('cpu')}\n"
-        f"target cpu ({host.cpu_name}, {host.vector_bits}-bit vectors, packet width "
-        f"{info.width} x f32, {info.workers} threads)\nplan: {chosen.describe()}\n"
-        f"{info.family_choice.describe()}\n"
-        f"phases: " + ", ".join(f"{p.name} ({p.programs} programs, {p.lanes} per packet)"
-                                 for p in exe.fast.lowered.phases) + "\n" + render(result))
-    dump("plan", fn.name, "txt", explanation)
-    dump("llvm", fn.name, "ll", exe.fast.lowered.llvm_ir)
-    dump("llvm-opt", fn.name, "ll", lambda: exe.fast.compiled.llvm_ir)
-    return Executable("cpu", fn, exe.run, plan=chosen, source=exe.fast.lowered.llvm_ir,
-                      explanation=explanation,
-                      extras={"executable": exe, "planning": result})

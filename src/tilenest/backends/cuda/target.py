@@ -19,10 +19,11 @@ from tilenest.backends.cuda import bound
 from tilenest.backends.cuda.bound import with_shares
 from tilenest.backends.cuda.cost import H200_RATES, GpuCostPolicy
 from tilenest.backends.cuda.device import H200 as H200
-from tilenest.backends.cuda.device import GpuInfo, device_info, gpu_identity, interpreting
+from tilenest.backends.cuda.device import GpuInfo, device_info, gpu_identity
+from tilenest.backends.cuda.device import interpreting as interpreting
 from tilenest.backends.cuda.element_grid import BLOCKS as ELEMENT_BLOCKS
 from tilenest.backends.cuda.element_grid import flat_programs, refusal
-from tilenest.backends.cuda.occupancy import recheck, resident, wave_footprint
+from tilenest.backends.cuda.occupancy import resident, wave_footprint
 from tilenest.backends.cuda.padding import (
     KMAJOR,
     PADDED,
@@ -52,14 +53,11 @@ from tilenest.backends.cuda.resources import (
     smem_per_stage,
 )
 from tilenest.backends.cuda.splitk import split_phases, split_site
-from tilenest.backends.registry import Executable
-from tilenest.config import dump
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
 from tilenest.numerics import as_policy
 from tilenest.plan.constraints import Constraints
 from tilenest.plan.cost import CostPolicy
-from tilenest.plan.explain import render
 from tilenest.plan.records import (
     ROW_MAJOR,
     Admission,
@@ -72,9 +70,9 @@ from tilenest.plan.records import (
     Resources,
     Schedule,
 )
-from tilenest.plan.search import PlanningResult, plan, planner_options, require_selection
+from tilenest.plan.search import PlanningResult, plan, planner_options
+from tilenest.plan.search import require_selection as require_selection
 from tilenest.plan.target import TargetFacts
-from tilenest.tune.profiles import profile_note
 
 
 def explain(fn: Function, plan: CudaPlan, info: GpuInfo | None = None,
@@ -626,7 +624,7 @@ class CudaTargetInfo:
                          candidate.index)
 
 
-# ------------------------------------------------------------------------- prepare
+# ------------------------------------------------------------------------- planning
 
 
 def _constraints(options: dict[str, Any], policy: Any) -> Constraints:
@@ -666,52 +664,6 @@ def plan_cuda(fn: Function, options: dict[str, Any], gpu: GpuInfo | None = None
                           allow_regrouping=policy.allow_regrouping)
     opts = planner_options(options, cons)
     return plan(fn, info, opts), info
-
-
-def prepare(fn: Function, options: dict[str, Any], planned: tuple[Any, Any] | None = None
-            ) -> Executable:
-    """Plan (every compile) and build Triton kernels."""
-    from tilenest.backends.cuda.launch import CudaExecutable
-
-    interpret = interpreting()
-    missing = None
-    if not interpret:
-        try:
-            import torch
-        except ImportError:
-            raise BackendError("the cuda target needs torch", loc=None) from None
-        if not torch.cuda.is_available():
-            # Planning, lowering and `explain` work on the static H200 description; only
-            # running needs the device.
-            missing = ("the cuda target needs a CUDA GPU to run (or TRITON_INTERPRET=1 for "
-                       "the Triton interpreter); planned for the static H200 description")
-    result, info = planned if planned is not None else plan_cuda(fn, options)
-    chosen: CudaPlan = require_selection(result, fn.name).plan
-    exe = CudaExecutable(fn, chosen, interpret)
-    dump("triton", fn.name, "py", exe.fast.lowered.source)
-    policy = as_policy(options.get("policy"))
-    explanation = (f"numerical policy: {policy.describe()}\n"
-                   f"{profile_note('cuda', gpu_identity(info.gpu))}\n"
-                   + explain(fn, chosen, info.gpu, exe.fast.lowered.phases, result, info)
-                   + "\n" + split_note(info) + render(result))
-    dump("plan", fn.name, "txt", explanation)
-    run = exe.run
-    if missing is not None:
-        def run(args: dict[str, Any], why: str = missing) -> None:
-            raise BackendError(why, loc=None)
-    out = Executable("cuda", fn, run, plan=chosen, source=exe.fast.lowered.source,
-                     explanation=explanation, extras={"executable": exe,
-                                                      "path": exe.fast.path,
-                                                      "planning": result})
-    estimate = info.occupancy(chosen.num_warps, chosen.num_stages)
-
-    def compiled(meta: dict[str, dict[str, Any]]) -> None:
-        # Triton's metadata of the first launch: kept with the executable and in explain().
-        out.extras["compiled"] = meta
-        out.explanation += "\n" + recheck(meta, info.gpu, chosen.num_warps, estimate)
-
-    exe.on_compiled = compiled
-    return out
 
 
 def split_note(info: CudaTargetInfo) -> str:

@@ -1,0 +1,402 @@
+"""`@tn.kernel`: bind arguments, specialize, compile through the stages, call.
+
+A `Kernel` binds a call's arguments into a specialization key, captures one Function per
+key (tilenest.driver.front: capture -> verify) and prepares it for a target through that
+target's declared stages (tilenest.backends.registry). Open tunables are searched jointly
+with the plan (DESIGN §3a). Compiled kernels are cached per (key, target, options).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
+
+from tilenest.config import TARGET, TUNE
+from tilenest.driver.compiled import CompiledKernel
+from tilenest.driver.front import capture_function
+from tilenest.driver.options import CompileOptions, check_options, take_options
+from tilenest.errors import ArgumentError, BackendError, CaptureError, TileError
+from tilenest.ir.core import Function
+from tilenest.lang.context import active
+from tilenest.lang.kernel import KernelSignature, trimmed
+from tilenest.lang.tunable import Tunable
+from tilenest.runtime.args import (
+    RESERVED_NAMES,
+    TensorArg,
+    check_copies,
+    constant_key,
+    describe_tensor,
+    plain_tensor,
+)
+
+
+class _Planned:
+    """One tunable assignment's captured Function and its planner output."""
+
+    def __init__(self, fn: Function, planned: tuple[Any, Any]) -> None:
+        self.fn = fn
+        self.planned = planned  # (PlanningResult, target info), as prepare(planned=) takes
+
+    @property
+    def result(self) -> Any:
+        return self.planned[0]
+
+
+class _CompiledCache(dict):
+    """Compiled kernels by (key, target, options). `generation` changes with every write
+    or removal (the tuner drops entries, tests clear them): the plain call's remembered
+    kernel is only reused within one generation."""
+
+    generation = 0
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.generation += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self.generation += 1
+        super().__delitem__(key)
+
+    def pop(self, *args: Any) -> Any:
+        self.generation += 1
+        return super().pop(*args)
+
+    def popitem(self) -> Any:
+        self.generation += 1
+        return super().popitem()
+
+    def clear(self) -> None:
+        self.generation += 1
+        super().clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.generation += 1
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self.generation += 1
+        return super().setdefault(key, default)
+
+
+# The options of the compile running in this thread or task: captures it triggers (its own,
+# and those of the tuning and plan-cache hooks, which take the call's option dict) use them,
+# so one compile reads the environment once.
+_COMPILING: ContextVar[CompileOptions | None] = ContextVar("tilenest_compiling", default=None)
+
+
+def _consts_key(consts: dict[str, Any]) -> tuple:
+    """The constants' part of a specialization key; an open tunable keys by its values."""
+    return tuple(("tunable", n, tuple(constant_key("", v) for v in c.values))
+                 if isinstance(c, Tunable) else constant_key(n, c)
+                 for n, c in sorted(consts.items()))
+
+
+def _with_defaults(consts: dict[str, Any]) -> dict[str, Any]:
+    """Open tunables at their first value (nothing is planned: reference, `ir()`)."""
+    return {n: v.default if isinstance(v, Tunable) else v for n, v in consts.items()}
+
+
+def _is_cuda(device: str) -> bool:
+    return device == "cuda" or device.startswith("cuda:")
+
+
+class Kernel:
+    """A Python function captured into TileIR once per specialization key."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.signature = KernelSignature(fn, RESERVED_NAMES)
+        self.name = self.signature.name
+        self.tensor_params = self.signature.tensor_params
+        self.const_params = self.signature.const_params
+        self.tunables = self.signature.tunables
+        self._functions: dict[tuple, Function] = {}
+        self._compiled: _CompiledCache = _CompiledCache()
+        # Planner output per (specialization key of one assignment, target, options): a
+        # compile that fixes an assignment the tunable search already planned reuses it.
+        self._plans: dict[tuple, _Planned] = {}
+        # The plain call's last compiled kernel: (cache generation, TILENEST_TARGET and
+        # TILENEST_TUNE as they read then, its binder). A call with the tensors alone tries
+        # that binder first while neither the cache nor those variables changed (they decide
+        # which compiled kernel the full path would pick).
+        self._last: tuple[int, str | None, str | None, Callable[[tuple], bool]] | None = None
+
+    def __repr__(self) -> str:
+        return f"<tilenest kernel {self.name}>"
+
+    # -- binding and specialization
+    def _bind(self, args: tuple, kwargs: dict[str, Any]) -> tuple[dict, dict, tuple]:
+        outer = active()
+        if outer is not None:
+            raise CaptureError(
+                f"kernel `{self.name}` is called while kernel `{outer.function.name}` is being "
+                f"captured: a kernel cannot call a kernel (or itself); share code between "
+                f"kernels through a @tn.func helper called from both")
+        tensors: dict[str, Any] = {}
+        if len(args) > len(self.tensor_params):
+            raise ArgumentError(f"kernel `{self.name}` takes {len(self.tensor_params)} tensor "
+                                f"arguments, got {len(args)} positional arguments; constants "
+                                f"are keyword-only")
+        for name, a in zip(self.tensor_params, args, strict=False):
+            tensors[name] = a
+        consts: dict[str, Any] = {}
+        for name, value in kwargs.items():
+            if name in self.tensor_params:
+                if name in tensors:
+                    raise ArgumentError(f"kernel `{self.name}`: `{name}` given twice")
+                tensors[name] = value
+            elif name in self.const_params:
+                consts[name] = value
+            else:
+                raise ArgumentError(f"kernel `{self.name}` has no parameter `{name}`")
+        missing = [n for n in self.tensor_params if n not in tensors]
+        if missing:
+            raise ArgumentError(f"kernel `{self.name}`: missing tensor arguments {missing}")
+        copies: dict[str, Any] = {}
+        for name in self.tensor_params:
+            plain, copied = plain_tensor(tensors[name], name)
+            if copied:
+                copies[name] = tensors[name]
+            tensors[name] = plain
+        for name, default in self.const_params.items():
+            if name not in consts:
+                if default is inspect.Parameter.empty:
+                    raise ArgumentError(f"kernel `{self.name}`: missing constant `{name}`")
+                consts[name] = default
+        described = {n: describe_tensor(tensors[n], n) for n in self.tensor_params}
+        key = (tuple(described[n].key() for n in self.tensor_params), _consts_key(consts))
+        if copies:  # the copies' check needs to know which tensors are written
+            resolved = _with_defaults(consts)
+            check_copies(self._function(tensors, key[0], resolved), copies, tensors)
+        return tensors, consts, key
+
+    def _function(self, tensors: dict[str, Any], tensor_key: tuple, consts: dict[str, Any],
+                  options: CompileOptions | None = None) -> Function:
+        """The captured, verified Function for these tensors and fully resolved constants
+        (cached per key; a capture outside a compile reads the environment itself)."""
+        key = (tensor_key, _consts_key(consts))
+        fn = self._functions.get(key)
+        if fn is None:
+            types = {n: describe_tensor(tensors[n], n).type for n in self.tensor_params}
+            opts = options or _COMPILING.get() or CompileOptions.from_call()
+            fn = capture_function(self.signature, types, consts, opts)
+            self._functions[key] = fn
+        return fn
+
+    def capture(self, described: dict[str, TensorArg], consts: dict[str, Any]) -> Function:
+        """Run the Python body once on symbolic views; the result is a verified Function."""
+        return capture_function(self.signature, {n: d.type for n, d in described.items()},
+                                consts, CompileOptions.from_call())
+
+    def specialize(self, args: tuple, kwargs: dict[str, Any]) -> tuple[dict, tuple, Function]:
+        """Bind and capture; tunables the call leaves open take their first value (what the
+        reference interpreter runs, and what `ir()` shows)."""
+        tensors, consts, key = self._bind(args, kwargs)
+        resolved = _with_defaults(consts)
+        return tensors, (key[0], _consts_key(resolved)), self._function(tensors, key[0], resolved)
+
+    def ir(self, *args: Any, **kwargs: Any) -> Function:
+        """The TileIR of this kernel for these arguments (captured once per key)."""
+        try:
+            return self.specialize(args, kwargs)[2]
+        except TileError as e:
+            raise trimmed(e) from None
+
+    # -- compiling
+    def default_target(self, key: tuple) -> str:
+        """cuda for CUDA tensors (any device index), else `TILENEST_TARGET` or cpu (devices
+        come from the specialization key, which already described every argument)."""
+        devices = {arg_key[1] for arg_key in key[0]}
+        if any(_is_cuda(d) for d in devices):
+            if len(devices) > 1:
+                raise ArgumentError(f"kernel `{self.name}`: arguments on different devices "
+                                    f"{sorted(devices)}")
+            return "cuda"
+        return TARGET.read()
+
+    def _prepare(self, tensors: dict, key: tuple, consts: dict[str, Any], target: str | None,
+                 options: dict[str, Any]) -> CompiledKernel:
+        tgt = target or self.default_target(key)
+        check_options(tgt, options)
+        ckey = (key, tgt, tuple(sorted(options.items())))
+        compiled = self._compiled.get(ckey)
+        if compiled is None:
+            compiled = self._build(tensors, key, consts, tgt, options)
+            self._compiled[ckey] = compiled
+        return compiled
+
+    def _build(self, tensors: dict, key: tuple, consts: dict[str, Any], tgt: str,
+               options: dict[str, Any]) -> CompiledKernel:
+        """Prepare for `tgt`; open tunables are searched jointly with the plan (DESIGN §3a)."""
+        opts = CompileOptions.from_call(options, tgt)  # the one read of this compile
+        token = _COMPILING.set(opts)
+        try:
+            return self._build_with(tensors, key, consts, tgt, options, opts)
+        finally:
+            _COMPILING.reset(token)
+
+    def _build_with(self, tensors: dict, key: tuple, consts: dict[str, Any], tgt: str,
+                    options: dict[str, Any], opts: CompileOptions) -> CompiledKernel:
+        from tilenest.backends.registry import planner, preparer
+
+        plan_one = planner(tgt)
+        if plan_one is not None:
+            # A stored winner of the tuning database (TILENEST_TUNE), then a stored
+            # planning decision of an earlier process (the plan cache).
+            from tilenest.runtime.plan_cache import planned_build, remember
+            from tilenest.tune.cached import tuned_build
+
+            tuned = tuned_build(self, tensors, key, consts, tgt, options)
+            if tuned is not None:
+                return tuned
+            stored = planned_build(self, tensors, key, consts, tgt, options)
+            if stored is not None:
+                return stored
+        prepare = preparer(tgt)
+        optkey = tuple(sorted(options.items()))
+        if plan_one is None or not any(isinstance(v, Tunable) for v in consts.values()):
+            resolved = _with_defaults(consts)
+            fn = self._function(tensors, key[0], resolved, opts)
+            rkey = (key[0], _consts_key(resolved))
+            cached = self._plans.get((rkey, tgt, optkey))
+            exe = prepare(fn, opts, planned=None if cached is None else cached.planned)
+            compiled = CompiledKernel(self, rkey, exe, options)
+        else:
+            search, best = self._search(tensors, key, consts, tgt, options, opts)
+            if best is None:
+                if search.outcomes and all(o.category == "capture" for o in search.outcomes):
+                    # No assignment captures: the user's error is the first one's, at its line.
+                    self._function(tensors, key[0], _with_defaults(consts), opts)
+                raise BackendError(f"no assignment of the tunables of `{self.name}` can be "
+                                   f"planned on {tgt}\n{search.describe()}", loc=None)
+            exe = prepare(best.fn, opts, planned=best.planned)
+            exe.prepend_explanation(lambda: search.describe() + "\n")
+            exe.extras["tunables"] = search
+            resolved = {**consts, **search.selected}
+            compiled = CompiledKernel(self, (key[0], _consts_key(resolved)), exe, options)
+        if plan_one is not None:
+            remember(self, tensors, key, consts, tgt, options, compiled)
+        return compiled
+
+    def _search(self, tensors: dict, key: tuple, consts: dict[str, Any], tgt: str,
+                options: dict[str, Any], opts: CompileOptions | None = None
+                ) -> tuple[Any, _Planned | None]:
+        """The joint search over the open tunables and `tgt`'s plans (no code generation):
+        a branch and bound over bound-only planner runs, each assignment captured once and
+        each full planner run cached per key."""
+        from tilenest.backends.registry import planner
+        from tilenest.plan.search import BOUND_ONLY
+        from tilenest.plan.tunables import search_tunables
+
+        plan_one = planner(tgt)
+        assert plan_one is not None
+        optkey = tuple(sorted(options.items()))
+        opts = opts or _COMPILING.get() or CompileOptions.from_call(options, tgt)
+
+        declared = {n: t.values for n, t in self.tunables.items()}
+        fixed = {n: consts[n] for n in self.tunables if not isinstance(consts[n], Tunable)}
+        plain = {n: v for n, v in consts.items() if n not in self.tunables}
+
+        def evaluate(assignment: dict[str, Any]) -> _Planned:
+            resolved = {**plain, **assignment}
+            pkey = ((key[0], _consts_key(resolved)), tgt, optkey)
+            got = self._plans.get(pkey)
+            if got is None:
+                fn = self._function(tensors, key[0], resolved, opts)
+                got = self._plans[pkey] = _Planned(fn, plan_one(fn, options))
+            return got
+
+        def bound(level: int) -> Callable[[dict[str, Any]], _Planned]:
+            """A bound-only planner run at `level` (the branch and bound's tiers)."""
+            def run(assignment: dict[str, Any]) -> _Planned:
+                resolved = {**plain, **assignment}
+                got = self._plans.get(((key[0], _consts_key(resolved)), tgt, optkey))
+                if got is not None:
+                    return got
+                fn = self._function(tensors, key[0], resolved, opts)
+                return _Planned(fn, plan_one(fn, {**options, BOUND_ONLY: level}))
+            return run
+
+        return search_tunables(declared, fixed, evaluate, bounds=(bound(1), bound(2)))
+
+    @staticmethod
+    def _options(kwargs: dict[str, Any]) -> dict[str, Any]:
+        return take_options(kwargs)
+
+    def compile(self, *args: Any, target: str | None = None, **kwargs: Any) -> CompiledKernel:
+        """Capture (if needed) and prepare for `target`; the result is callable."""
+        options = take_options(kwargs)
+        try:
+            tensors, consts, key = self._bind(args, kwargs)
+            return self._prepare(tensors, key, consts, target, options)
+        except TileError as e:
+            raise trimmed(e) from None
+
+    def tune(self, *args: Any, budget: int = 20, target: str | None = None,
+             **kwargs: Any) -> Any:
+        """Measure the model's best candidates plus a diverse shortlist (each checked against
+        the float64 reference first), store every sample and the winner in the tuning
+        database, and return the `TuneResult` (DESIGN §3a; `tilenest.tune.tuner`)."""
+        from tilenest.tune.tuner import tune
+
+        return tune(self, *args, budget=budget, target=target, **kwargs)
+
+    def torch_op(self, name: str, mutates: tuple[str, ...] = ()) -> Any:
+        """Register this kernel as the torch custom op `name` ("ns::name"), the tensors in
+        `mutates` written in place (DESIGN §3a; tilenest.runtime.torch_op)."""
+        from tilenest.runtime.torch_op import register
+
+        return register(self, name, mutates)
+
+    def __call__(self, *args: Any, target: str | None = None, **kwargs: Any) -> None:
+        plain = not kwargs and target is None
+        if plain:
+            last = self._last
+            if (last is not None and last[0] == self._compiled.generation
+                    and last[1] == TARGET.raw() and last[2] == TUNE.raw() and last[3](args)):
+                return
+        options = take_options(kwargs)
+        try:
+            tensors, consts, key = self._bind(args, kwargs)
+            compiled = self._prepare(tensors, key, consts, target, options)
+            if plain:
+                self._last = (self._compiled.generation, TARGET.raw(), TUNE.raw(),
+                              compiled.fast_path())
+            compiled.executable.run(tensors)
+        except TileError as e:
+            raise trimmed(e) from None
+
+
+def kernel(fn: Callable[..., Any]) -> Kernel:
+    """Declare a tile kernel: tensor parameters first, compile-time constants after `*`."""
+    if isinstance(fn, Kernel):
+        return fn
+    return Kernel(fn)
+
+
+def interpret(kern: Kernel, *args: Any, precision: str = "native", order: str = "forward",
+              seed: int = 0, check_races: bool = False, **consts: Any) -> None:
+    """Run `kern` on the reference interpreter, the definition of tilenest's semantics."""
+    if not isinstance(kern, Kernel):
+        raise ArgumentError(f"tn.interpret expects a @tn.kernel function, got {kern!r}")
+    if precision not in ("native", "float64"):
+        raise ArgumentError(f"precision must be 'native' or 'float64', got {precision!r}")
+    if order not in ("forward", "reverse", "shuffle"):
+        raise ArgumentError(f"order must be 'forward', 'reverse' or 'shuffle', got {order!r}")
+    try:
+        tensors, _key, fn = kern.specialize(args, consts)
+        from tilenest.backends.reference import run_function
+
+        run_function(fn, tensors, precision=precision, order=order, seed=seed,
+                     check_races=check_races)
+    except TileError as e:
+        raise trimmed(e) from None
+
+
+def compiling() -> CompileOptions | None:
+    """The options of the compile running in this thread or task (None outside one)."""
+    return _COMPILING.get()
