@@ -269,6 +269,8 @@ def test_bad_names_and_constants() -> None:
     for bad in ("noseparator", "a::b::c", "ns::has-dash", "1ns::x"):
         with pytest.raises(tn.ArgumentError, match="namespace::name"):
             register(scale_add, bad, mutates=("Z",))
+    with pytest.raises(tn.ArgumentError, match="refuses the name"):
+        register(scale_add, "prim::tilenest_scale_add", mutates=("Z",))
     with pytest.raises(tn.ArgumentError, match="no constant `BETA`"):
         register(scale_add, fresh("c"), mutates=("Z",), BETA=1.0)
     with pytest.raises(tn.ArgumentError, match="not one of the tunable's values"):

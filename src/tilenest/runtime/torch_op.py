@@ -98,6 +98,8 @@ def register(kernel: Any, name: str, mutates: Iterable[str] = (), **constants: A
     except RuntimeError as e:  # defined by someone else (another library, or by hand)
         raise ArgumentError(f"torch_op {name!r}: torch already has an op of that name that "
                             f"tilenest did not register ({e}); choose another name") from None
+    except ValueError as e:  # a namespace torch reserves for itself (prim, ...)
+        raise ArgumentError(f"torch_op {name!r}: torch refuses the name: {e}") from None
     op.register_fake(fake)
     entry.op = op
     _REGISTERED[name] = entry
