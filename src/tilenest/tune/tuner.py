@@ -27,6 +27,7 @@ fewest instances and steps for the interpreter), falling back to the pick's.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import random
@@ -348,7 +349,8 @@ class _Bench:
     def __init__(self, space: _Space, plain: Any, seed: int) -> None:
         kernel = space.kernel
         self.params = list(kernel.tensor_params)
-        self.device = "cuda" if any(describe_tensor(a, n).device == "cuda" for n, a in
+        # "cuda:N" tensors are timed the cuda way, on their device (`_on_device`).
+        self.device = "cuda" if any(describe_tensor(a, n).device.startswith("cuda") for n, a in
                                     zip(self.params, space.args, strict=True)) else "cpu"
         self.rng = np.random.default_rng(seed)
         fn = plain.ir
@@ -481,6 +483,18 @@ def _check_arguments(budget: Any, seed: Any) -> None:
             raise ArgumentError(f"tune: {name}= must be an int >= {least}, got {value!r}")
 
 
+def _on_device(args: tuple) -> Any:
+    """The tensors' CUDA device as the current one while tuning (timers, flush buffers and
+    synchronizations use the current device); a no-op for host tensors."""
+    for a in args:
+        device = getattr(a, "device", None)
+        if getattr(device, "type", None) == "cuda":
+            import torch
+
+            return torch.cuda.device(device)
+    return contextlib.nullcontext()
+
+
 def tune(kernel: Any, *args: Any, budget: int = 20, target: str | None = None,
          progress: bool = True, seed: int = 0, **fixed: Any) -> TuneResult:
     """Measure a shortlist of at most `budget` candidates of `kernel(*args, **fixed)`, each
@@ -489,7 +503,7 @@ def tune(kernel: Any, *args: Any, budget: int = 20, target: str | None = None,
     start = time.perf_counter()
     kwargs = dict(fixed)
     options = kernel._options(kwargs)  # planner options the call fixes; the rest constants
-    with database_off():
+    with database_off(), _on_device(args):
         _forget_plain_compiles(kernel, args, kwargs)  # one cached may be a stored winner's
         plain = kernel.compile(*args, target=target, **kwargs, **options)
         if plain.planning is None or plain.planning.selected is None:
