@@ -195,6 +195,12 @@ def test_changed_key_misses(cache: Path) -> None:
     assert hit is not None and search.planner_runs() == before
     assert hit.plan == stored.plan and hit.ir.consts["ROWS"] == stored.ir.consts["ROWS"]
     _check_runs(hit, X, Y)
+    # what a planned build keeps, computed on access: the search again, the selected plan
+    extras = hit.executable.extras
+    assert "tunables" in extras and search.planner_runs() == before
+    assert extras["tunables"].selected == {"ROWS": stored.ir.consts["ROWS"]}
+    assert hit.planning.selected.plan == stored.plan
+    assert "plan cache: decision loaded from" in hit.explain()
     X2, Y2 = _arrays(40)
     assert _load(X2, Y2) is None                         # other shapes
     assert _load(X, Y, policy=tn.FMA) is None            # another numerical policy

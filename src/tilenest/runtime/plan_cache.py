@@ -30,9 +30,11 @@ Writes are atomic renames, so concurrent processes read either a whole entry or 
 A hit. The selected assignment is captured (one capture) and, on cpu, the plan record is
 validated and compiled directly (`CpuExecutable`: zero planner runs); on other targets the
 target's own `prepare` runs with the record as `plan=` (a planner run over a space of one).
-`explain()` says the decision came from the plan cache, and what it was; `compiled.planning`
-re-plans the selected assignment on first access (the planner's full result is not stored;
-the tunable search is not run again), which the explanation says too.
+`explain()` says the decision came from the plan cache, and what it was. The planner's full
+result is not stored: `compiled.planning` re-plans the selected assignment on first access,
+`executable.extras["tunables"]` runs the tunable search again (when the call left tunables
+open), and where the Executable renders its explanation on demand, reading `explain()`
+appends what a planned build would explain, re-planned then (the explanation says so).
 """
 
 from __future__ import annotations
@@ -250,12 +252,19 @@ def _build(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any], targe
     _prepend(exe, (
         f"plan cache: decision loaded from {plan_cache_dir()} (entry {digest[:16]}), stored "
         f"by an earlier compile with the same structural key; the tunable search and the "
-        f"planner did not run now. compiled.planning re-plans the selected assignment on "
-        f"first access.\n  decision: {chosen + '; ' if chosen else ''}"
+        f"planner did not run now (compiled.planning re-plans the selected assignment on "
+        f"first access).\n  decision: {chosen + '; ' if chosen else ''}"
         f"{getattr(plan, 'describe', plan.__repr__)()}\n  when it was planned:\n"
         + "".join(f"    {line}\n" for line in summary.splitlines())))
-    exe.extras = _Replanning(exe.extras, target, fn, options)
-    exe.extras["plan_cache"] = (candidate, digest)
+    search = None
+    if open_:
+        def search() -> Any:
+            return kernel._search(tensors, key, consts, target, options)[0]
+    extras = exe.extras = _Replanning(exe.extras, target, fn, options, search)
+    extras["plan_cache"] = (candidate, digest)
+    append = getattr(exe, "append_explanation", None)
+    if append is not None and target == "cpu":  # rendered on demand: the full account
+        append(_full_explanation(extras))
     return CompiledKernel(kernel, (key[0], _consts_key(resolved)), exe, options)
 
 
@@ -295,33 +304,67 @@ def _cpu_executable(fn: Any, plan: Any, options: dict[str, Any]) -> Any:
 
 
 class _Replanning(dict):
-    """An Executable's extras whose "planning" entry is computed on first access: the
-    planner's result for the selected assignment (a plan-cache hit stores no result)."""
+    """An Executable's extras whose planner entries are computed on first access (a
+    plan-cache hit stores no planner result): "planning", the planner's result for the
+    selected assignment under the call's options (the run a planned build keeps), and, when
+    the call left tunables open, "tunables", the tunable search run again."""
 
-    def __init__(self, extras: dict[str, Any], target: str, fn: Any,
-                 options: dict[str, Any]) -> None:
+    LAZY = ("planning", "tunables")
+
+    def __init__(self, extras: dict[str, Any], target: str, fn: Any, options: dict[str, Any],
+                 search: Any = None) -> None:
         super().__init__(extras)
         self._replan = (target, fn, options)
+        self._search = search  # () -> TunableSearch, or None (no open tunables)
+        self.planned: tuple[Any, Any] | None = None  # (PlanningResult, target info)
 
-    def _planning(self) -> Any:
-        if not dict.__contains__(self, "planning"):
-            from tilenest.backends.registry import planner
+    def _compute(self, name: str) -> Any:
+        if not dict.__contains__(self, name):
+            if name == "tunables":
+                assert self._search is not None
+                dict.__setitem__(self, name, self._search())
+            else:
+                from tilenest.backends.registry import planner
 
-            target, fn, options = self._replan
-            plan_one = planner(target)
-            dict.__setitem__(self, "planning",
-                             None if plan_one is None else plan_one(fn, options)[0])
-        return dict.__getitem__(self, "planning")
+                target, fn, options = self._replan
+                plan_one = planner(target)
+                self.planned = None if plan_one is None else plan_one(fn, options)
+                dict.__setitem__(self, name, None if self.planned is None else self.planned[0])
+        return dict.__getitem__(self, name)
+
+    def _lazy(self, name: object) -> bool:
+        return name == "planning" or (name == "tunables" and self._search is not None)
 
     def __missing__(self, name: str) -> Any:
-        if name == "planning":
-            return self._planning()
+        if self._lazy(name):
+            return self._compute(name)
         raise KeyError(name)
 
     def __contains__(self, name: object) -> bool:
-        return name == "planning" or dict.__contains__(self, name)
+        return self._lazy(name) or dict.__contains__(self, name)
 
     def get(self, name: str, default: Any = None) -> Any:
-        if name == "planning":
-            return self._planning()
+        if self._lazy(name):
+            return self._compute(name)
         return dict.get(self, name, default)
+
+
+def _full_explanation(extras: _Replanning) -> Any:
+    """A renderer of what a planned build would explain, run on first read of explain():
+    the tunable search (run again when tunables were open) and the target's own explanation
+    of the re-planned selected assignment (the target prepares it once more; its lowering
+    and object come from the caches)."""
+    def render() -> str:
+        from tilenest.backends.registry import preparer
+
+        target, fn, options = extras._replan
+        parts = ["explain() re-planned for this text; the compiled code is the stored "
+                 "decision's:\n"]
+        if "tunables" in extras:
+            parts.append(extras["tunables"].describe() + "\n")
+        extras["planning"]  # noqa: B018 - computes extras.planned
+        if extras.planned is not None:
+            parts.append(preparer(target)(fn, options, planned=extras.planned).explanation)
+        return "".join(parts)
+
+    return render

@@ -135,6 +135,13 @@ def overlaps(ptrs: Sequence[int], written: Sequence[bool],
     return False
 
 
+def _current_device() -> int:
+    import torch
+
+    get = getattr(torch._C, "_cuda_getDevice", None)  # torch.cuda.current_device() minus
+    return get() if get is not None else torch.cuda.current_device()  # its lazy-init check
+
+
 def _raw_stream(device: int) -> int:
     """The current stream of `device` as Triton's launcher takes it (a CUstream int)."""
     import torch
@@ -259,17 +266,21 @@ class CudaExecutable:
         import torch
 
         device = self._device_of(tensors)
-        if torch.cuda.current_device() != device:
+        if _current_device() != device:
             # The padded copies launch through Triton's JIT too: all on the tensors' device.
             with torch.cuda.device(device):
                 return self._launch(tensors)
-        build = self._choose(tensors)
+        ptrs = [t.data_ptr() for t in tensors]
+        # The key fixed shapes and strides: the alias check is arithmetic on the spans.
+        aliased = any(self.written) and overlaps(ptrs, self.written, self.spans)
+        build = self.safe if aliased else self.fast
         self.last_build = "fast" if build is self.fast else "safe"
         if build.lowered.uses_status:
             self._report_earlier()
         if build is self.fast and self.padding is not None:
             tensors = self.padding.substitute(tensors)
-        return self._on_device(build, [t.data_ptr() for t in tensors], tensors, device)
+            ptrs = [t.data_ptr() for t in tensors]
+        return self._on_device(build, ptrs, tensors, device)
 
     def _interpret(self, tensors: list[Any]) -> None:
         import torch
@@ -314,17 +325,13 @@ class CudaExecutable:
         self.last_build = "fast" if build is self.fast else "safe"
         if build.lowered.uses_status:
             self._report_earlier()
-        if device is None:
-            import torch
-
-            device = torch.cuda.current_device()
-        self._on_device(build, ptrs, None, device)
+        self._on_device(build, ptrs, None, _current_device() if device is None else device)
 
     def _on_device(self, build: Build, ptrs: Sequence[int], tensors: list[Any] | None,
                    device: int) -> Slot | None:
         import torch
 
-        if torch.cuda.current_device() != device:
+        if _current_device() != device:
             # Triton's compiled kernels belong to a device's context and its JIT dispatch
             # reads the current device: launch with the tensors' device current.
             with torch.cuda.device(device):
@@ -353,14 +360,18 @@ class CudaExecutable:
                     *([workspace] if workspace is not None else [])]
 
         meta: dict[str, dict[str, Any]] = {}
-        paths = set()
+        direct = True
         for phase, launcher in zip(build.lowered.phases, build.launchers, strict=True):
             if phase.programs == 0:
                 continue
-            self._note(meta, phase.name, launcher.launch(key, stream, raw, jit_args))
-            paths.add(launcher.path)
-        self.last_path = "direct" if paths == {"direct"} else "jit"
-        self._compiled(meta)
+            compiled = launcher.launch(key, stream, raw, jit_args)
+            if compiled is not None:
+                direct = False
+                if self.compiled is None:
+                    self._note(meta, phase.name, compiled)
+        self.last_path = "direct" if direct else "jit"
+        if self.compiled is None:
+            self._compiled(meta)
         return slot
 
     def _pointer_args(self, ptrs: Sequence[int]) -> list[PointerArg]:
