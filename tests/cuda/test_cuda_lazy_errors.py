@@ -12,9 +12,12 @@ from tests.shared_contracts import divide
 
 import tilenest as tn
 from tilenest.runtime.status import (
+    BATCH,
     CHUNK_SLOTS,
+    FREE,
     SLOT_WORDS,
     DeferredRunTimeError,
+    Slot,
     StatusBoard,
     StatusOwner,
     _report_at_exit,
@@ -34,6 +37,13 @@ def pick(X, Y, *, AT=0):
         Y.tile((0,), (1,)).store(tn.full(1, 0.0, tn.f32) + v)
 
 
+def _launch(board: StatusBoard, owner: StatusOwner, stream: int = 0) -> Slot:
+    """What the executable does around a device launch: take a slot, enqueue, mark it."""
+    slot = board.take(owner, ERRORS, 0, stream)
+    board.launched(slot)
+    return slot
+
+
 def _flag(slot, code: int) -> None:
     """What the kernel's `tl.store(TN_STATUS, code, mask=...)` does."""
     slot.words[slot.offset] = code
@@ -42,7 +52,7 @@ def _flag(slot, code: int) -> None:
 def test_slots_are_aligned_distinct_and_zeroed() -> None:
     board = StatusBoard()
     owner = StatusOwner("k")
-    slots = [board.take(owner, ERRORS, 0, 7) for _ in range(10)]
+    slots = [_launch(board, owner, 7) for _ in range(10)]
     assert len({s.ptr for s in slots}) == 10
     assert all(s.ptr % 16 == 0 for s in slots)
     _flag(slots[3], 2)
@@ -56,8 +66,8 @@ def test_slots_are_aligned_distinct_and_zeroed() -> None:
 def test_next_call_of_the_same_kernel_reports_once() -> None:
     board = StatusBoard()
     bad, good = StatusOwner("bad"), StatusOwner("good")
-    s1 = board.take(bad, ERRORS, 0, 0)
-    board.take(good, ERRORS, 0, 0)
+    s1 = _launch(board, bad)
+    _launch(board, good)
     assert board.poll(bad) is None  # nothing written yet: no report, no waiting
     _flag(s1, 1)
     assert board.poll(good) is None  # another kernel's error is not this kernel's
@@ -69,7 +79,7 @@ def test_next_call_of_the_same_kernel_reports_once() -> None:
 def test_check_errors_reports_every_pending_error_in_launch_order() -> None:
     board = StatusBoard()
     a, b = StatusOwner("a"), StatusOwner("b")
-    slots = [board.take(a if i % 2 else b, ERRORS, 0, 0) for i in range(6)]
+    slots = [_launch(board, a if i % 2 else b) for i in range(6)]
     _flag(slots[1], 1)
     _flag(slots[4], 2)
     messages = board.collect(synchronize=False)
@@ -96,9 +106,52 @@ def test_a_captured_slot_reports_each_replays_error_and_rearms() -> None:
     assert slot in board.captured  # never recycled: the graph still writes it
 
 
+class FakeEvent:
+    """torch.cuda.Event without a device: `query()` is what the test says."""
+
+    done = False
+    recorded: list[tuple[int, int]] = []
+
+    def record(self, stream) -> None:
+        FakeEvent.recorded.append(stream)
+
+    def query(self) -> bool:
+        return FakeEvent.done
+
+
+def test_batches_recycle_slots_once_their_events_complete(monkeypatch) -> None:
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "ExternalStream", lambda s, device=None: (device, s))
+    FakeEvent.done, FakeEvent.recorded = False, []
+    board = StatusBoard()
+    owner = StatusOwner("k")
+    first = [_launch(board, owner, stream=5) for _ in range(BATCH)]
+    late = board.take(owner, ERRORS, 0, 6)  # taken, its launch not enqueued yet
+    _flag(first[7], 1)
+    _launch(board, owner, stream=5)  # closes the first batch: one event on stream 5
+    assert FakeEvent.recorded == [(0, 5)]
+    # A batch closing while `late` is still unlaunched must not cover it.
+    for _ in range(BATCH - 2):  # fill the second batch (it holds `late` and one more)
+        _launch(board, owner)
+    _launch(board, owner)  # closes it
+    assert len(board.closed) == 2
+    assert late in board.batch and all(late not in b for b, _ in board.closed)
+    board.launched(late)
+    board.free.clear()  # the next take must reclaim: nothing completed yet, so it grows
+    board.take(owner, ERRORS, 0, 5)
+    assert len(board.chunks) == 2 and first[7].state != FREE
+    FakeEvent.done = True
+    board.free.clear()
+    board.take(owner, ERRORS, 0, 5)  # reclaims the completed batches
+    assert first[0].state == FREE and first[7].state == FREE
+    assert board.poll(owner) == f"run-time error in kernel `k`: {ERRORS[0]}"  # kept for it
+    assert board.collect(synchronize=False) == []
+
+
 def test_exit_report_prints_and_never_raises(capsys: pytest.CaptureFixture[str]) -> None:
     board = StatusBoard()
-    _flag(board.take(StatusOwner("late"), ERRORS, 0, 0), 1)
+    _flag(_launch(board, StatusOwner("late")), 1)
     _report_at_exit(board)
     err = capsys.readouterr().err
     assert "1 run-time error(s)" in err and "`late`" in err and "division by zero" in err

@@ -46,7 +46,9 @@ SLOT_WORDS = 4  # int32 words per slot: 16 bytes, so every slot pointer is 16-by
 CHUNK_SLOTS = 1024
 BATCH = 64
 
-PENDING, REPORTED, CAPTURED, FREE = range(4)
+# A slot is TAKEN until its launch is enqueued, then PENDING until it is read (REPORTED: its
+# error was reported; the slot waits for its batch's events before it is reused).
+TAKEN, PENDING, REPORTED, CAPTURED, FREE = range(5)
 
 
 class DeferredRunTimeError(BackendError):
@@ -143,13 +145,21 @@ class StatusBoard:
                 slot.state = CAPTURED
                 self.captured.append(slot)
                 owner.captured.append(slot)
-            else:
+            elif device is None:
                 slot.state = PENDING
-                if device is not None:
-                    self.batch.append(slot)
-                    self.devices.add(device)
-                    owner.last = slot
+            else:
+                slot.state = TAKEN
+                self.batch.append(slot)
+                self.devices.add(device)
+                owner.last = slot
         return slot
+
+    @staticmethod
+    def launched(slot: Slot) -> None:
+        """The slot's launch is enqueued (or failed): an event recorded from now on covers
+        it. Until then a closing batch carries the slot over to the next batch."""
+        if slot.state == TAKEN:
+            slot.state = PENDING
 
     def settle(self, slot: Slot) -> str | None:
         """Read and free the slot of a launch known complete; its error message, if any."""
@@ -181,13 +191,16 @@ class StatusBoard:
         """Record one event per stream the batch launched on (after its launches)."""
         import torch
 
+        # Another thread may have taken a slot and not launched yet: an event recorded now
+        # would not cover that launch, so the slot moves on to the next batch.
+        done = [s for s in self.batch if s.state != TAKEN]
+        self.batch = [s for s in self.batch if s.state == TAKEN]
         events = []
-        for device, stream in {(s.device, s.stream) for s in self.batch}:
+        for device, stream in {(s.device, s.stream) for s in done}:
             event = torch.cuda.Event()
             event.record(torch.cuda.ExternalStream(stream, device=device))
             events.append(event)
-        self.closed.append((self.batch, events))
-        self.batch = []
+        self.closed.append((done, events))
 
     def _reclaim(self) -> None:
         """Free the slots of the oldest batches whose launches completed (no waiting)."""
@@ -235,9 +248,11 @@ class StatusBoard:
 
                 for device in sorted(self.devices):
                     torch.cuda.synchronize(device)
-            pending = [s for batch, _ in self.closed for s in batch] + self.batch
+            # A TAKEN slot's launch is being enqueued by another thread right now: it stays.
+            pending = [s for batch, _ in self.closed for s in batch] \
+                + [s for s in self.batch if s.state != TAKEN]
             self.closed.clear()
-            self.batch = []
+            self.batch = [s for s in self.batch if s.state == TAKEN]
             for slot in pending:
                 self._finish(slot)
             messages = [msg for _, msg in self.failed]

@@ -361,14 +361,18 @@ class CudaExecutable:
 
         meta: dict[str, dict[str, Any]] = {}
         direct = True
-        for phase, launcher in zip(build.lowered.phases, build.launchers, strict=True):
-            if phase.programs == 0:
-                continue
-            compiled = launcher.launch(key, stream, raw, jit_args)
-            if compiled is not None:
-                direct = False
-                if self.compiled is None:
-                    self._note(meta, phase.name, compiled)
+        try:
+            for phase, launcher in zip(build.lowered.phases, build.launchers, strict=True):
+                if phase.programs == 0:
+                    continue
+                compiled = launcher.launch(key, stream, raw, jit_args)
+                if compiled is not None:
+                    direct = False
+                    if self.compiled is None:
+                        self._note(meta, phase.name, compiled)
+        finally:
+            if slot is not None:
+                BOARD.launched(slot)
         self.last_path = "direct" if direct else "jit"
         if self.compiled is None:
             self._compiled(meta)
