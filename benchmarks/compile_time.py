@@ -13,7 +13,8 @@ so it includes the modules the compile imports on first use. (Where the tree has
 `TILENEST_CACHE_DIR` (nothing stored: capture, planning, code generation, LLVM/Triton compile);
 "warm" runs again against the directory the cold run filled (the plan cache and the object
 cache hit). Each is repeated (`--repeats`, default 3; the cold runs each get a new empty
-directory) and the median is reported, with the minimum beside it. Per process the planner
+directory) and the median is reported, with the minimum beside it, and the median process
+CPU time (steadier than wall time on a shared, loaded machine). Per process the planner
 runs are counted (`tilenest.plan.search.planner_runs`): a warm compile should plan nothing.
 
     PYTHONPATH=src .venv/bin/python benchmarks/compile_time.py [--target cpu] [name ...]
@@ -58,7 +59,7 @@ explicit = importlib.util.find_spec("tilenest.driver") is None
 # -1: a tree without the counter (a before/after comparison's "before")
 count = getattr(_search, "planner_runs", lambda: -1)
 runs0 = count()
-t = time.perf_counter()
+t, t_cpu = time.perf_counter(), time.process_time()
 k = ex.kernel
 if explicit:
     from tilenest.runtime import plan_cache
@@ -71,9 +72,9 @@ else:
     c = k.compile(*run.args, target=target, **kwargs)
 if target == "cuda":
     torch.cuda.synchronize()
-seconds = time.perf_counter() - t
-print(json.dumps({"seconds": seconds, "planner_runs": count() - runs0 if runs0 >= 0 else -1,
-                  "explicit": explicit}))
+seconds, cpu_seconds = time.perf_counter() - t, time.process_time() - t_cpu
+print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds, "explicit": explicit,
+                  "planner_runs": count() - runs0 if runs0 >= 0 else -1}))
 """
 
 
@@ -91,18 +92,21 @@ def _child(name: str, target: str, cache: str, consts: bool) -> dict:
 
 
 def measure(name: str, target: str, repeats: int, consts: bool = False) -> dict:
-    cold, warm, runs_cold, runs_warm = [], [], [], []
+    cold, warm, runs_cold, runs_warm, cold_cpu, warm_cpu = [], [], [], [], [], []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory(prefix="tn-compile-time-") as cache:
             os.chmod(cache, 0o700)
             got = _child(name, target, cache, consts)
             cold.append(got["seconds"])
+            cold_cpu.append(got["cpu_seconds"])
             runs_cold.append(got["planner_runs"])
             again = _child(name, target, cache, consts)
             warm.append(again["seconds"])
+            warm_cpu.append(again["cpu_seconds"])
             runs_warm.append(again["planner_runs"])
     return {"name": name, "cold_s": statistics.median(cold), "cold_min_s": min(cold),
             "warm_s": statistics.median(warm), "warm_min_s": min(warm),
+            "cold_cpu_s": statistics.median(cold_cpu), "warm_cpu_s": statistics.median(warm_cpu),
             "planner_runs_cold": max(runs_cold), "planner_runs_warm": max(runs_warm),
             "cold_samples": cold, "warm_samples": warm}
 
@@ -113,11 +117,12 @@ def markdown(rows: list[dict], target: str, label: str, consts: bool = False) ->
              f"Fresh process per compile, median (min) of {len(rows[0]['cold_samples'])} "
              f"runs; {'constants fixed' if consts else 'tunables open'}; goals: cold <= "
              f"{cold_goal} s, warm <= {warm_goal * 1e3:.0f} ms.", "",
-             "| example | cold s | warm s | planner runs cold / warm |",
-             "|---|---|---|---|"]
+             "| example | cold s | warm s | cold CPU s | warm CPU s | planner runs cold / warm |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['name']} | {r['cold_s']:.3f} ({r['cold_min_s']:.3f}) | "
-                     f"{r['warm_s']:.3f} ({r['warm_min_s']:.3f}) | "
+                     f"{r['warm_s']:.3f} ({r['warm_min_s']:.3f}) | {r['cold_cpu_s']:.3f} | "
+                     f"{r['warm_cpu_s']:.3f} | "
                      f"{r['planner_runs_cold']} / {r['planner_runs_warm']} |")
     return "\n".join(lines) + "\n"
 
