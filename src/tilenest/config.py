@@ -31,10 +31,16 @@ class Knob(Generic[T]):
     parse: Callable[[str], T]
     default: Callable[[], T]
 
-    def raw(self) -> str | None:
-        """The variable's text as it is, unparsed: a cheap test of whether it changed (the
-        call path compares it with the text a cached decision was made under)."""
-        return os.environ.get(self.name)
+    def raw(self) -> object:
+        """The variable's value as the process holds it, unparsed (None when unset): only
+        for comparing with an earlier `raw()`, a cheap test of whether it changed (the call
+        path compares it with the value a cached decision was made under). It reads the
+        mapping behind `os.environ` directly where there is one: `os.environ.get` of an
+        unset variable raises and catches a KeyError, ~1 us."""
+        data = _ENVIRON_DATA
+        if data is None:
+            return os.environ.get(self.name)
+        return data.get(_environ_key(self.name))
 
     def read(self) -> T:
         raw = os.environ.get(self.name, "")
@@ -48,6 +54,15 @@ class Knob(Generic[T]):
 
 
 KNOBS: dict[str, Knob[Any]] = {}
+
+# CPython's os.environ keeps its values in `_data` (encoded keys), updated by every write
+# through os.environ (monkeypatch.setenv included); absent elsewhere, `raw` uses .get.
+_ENVIRON_DATA: dict[Any, Any] | None = getattr(os.environ, "_data", None)
+
+
+@functools.cache
+def _environ_key(name: str) -> Any:
+    return os.environ.encodekey(name) if hasattr(os.environ, "encodekey") else name
 
 
 def _register(knob: Knob[T]) -> Knob[T]:

@@ -7,16 +7,12 @@ The explanation is rendered only when asked for (explain(), the plan dump).
 
 from __future__ import annotations
 
-import inspect
-
 from tilenest.backends.cpu.jit import compile_ir, host_info
 from tilenest.backends.cpu.launch import Build, CpuExecutable
 from tilenest.backends.cpu.lower import lower_function
-from tilenest.backends.cpu.plan import CpuPlan
 from tilenest.backends.cpu.target import plan_cpu
 from tilenest.backends.registry import Executable, plan_with
 from tilenest.driver.stages import Artifact, Stage, Work
-from tilenest.ir.core import Function
 from tilenest.numerics import as_policy
 from tilenest.plan.explain import render
 from tilenest.runtime.pool import PHASE_SIGNATURE
@@ -38,22 +34,11 @@ def _load(work: Work) -> None:
     lowered, compiled = work["lowered"], work["compiled"]
     build = Build(lowered, compiled,
                   [PHASE_SIGNATURE(compiled.address(p.name)) for p in lowered.phases])
-    exe = _executable(fn, chosen, build)
+    exe = CpuExecutable(fn, chosen, fast=build)
     work["executable"] = Executable(
         "cpu", fn, exe.run, plan=chosen, source=lowered.llvm_ir,
         explanation=lambda: _explanation(work, phases=True),
         extras={"executable": exe, "planning": work["planning"]})
-
-
-def _executable(fn: Function, chosen: CpuPlan, build: Build) -> CpuExecutable:
-    """The launcher around the stages' fast build. A CpuExecutable that cannot take a
-    prepared build builds it again itself (lowering twice; the JIT's cache hits)."""
-    if _TAKES_BUILD:
-        return CpuExecutable(fn, chosen, fast=build)
-    return CpuExecutable(fn, chosen)
-
-
-_TAKES_BUILD = "fast" in inspect.signature(CpuExecutable).parameters
 
 
 def _explanation(work: Work, phases: bool) -> str:

@@ -8,20 +8,17 @@ info), `plan` (the selected CudaPlan), `interpret`, `lowered` (Triton source),
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from tilenest.backends.cuda.device import gpu_identity, interpreting
 from tilenest.backends.cuda.launch import MAX_GRID, Build, CudaExecutable
 from tilenest.backends.cuda.lower import lower_function
 from tilenest.backends.cuda.occupancy import recheck
-from tilenest.backends.cuda.plan import CudaPlan
 from tilenest.backends.cuda.source_cache import load_source
 from tilenest.backends.cuda.target import explain, plan_cuda, split_note
 from tilenest.backends.registry import Executable, plan_with
 from tilenest.driver.stages import Artifact, Stage, Work
 from tilenest.errors import BackendError
-from tilenest.ir.core import Function
 from tilenest.numerics import as_policy
 from tilenest.plan.explain import render
 from tilenest.tune.profiles import profile_note
@@ -54,7 +51,7 @@ def _load(work: Work) -> None:
             raise BackendError(f"phase {phase.name} has {phase.programs} programs; the cuda "
                                f"grid allows {MAX_GRID}", loc=None)
     build = Build(lowered, path, [getattr(module, p.name) for p in lowered.phases])
-    exe = _executable(fn, chosen, interpret, build)
+    exe = CudaExecutable(fn, chosen, interpret, fast=build)
     run = exe.run
     if missing is not None:
         def run(args: dict[str, Any], why: str = missing) -> None:
@@ -73,18 +70,6 @@ def _load(work: Work) -> None:
 
     exe.on_compiled = compiled
     work["executable"] = out
-
-
-def _executable(fn: Function, chosen: CudaPlan, interpret: bool, build: Build
-                ) -> CudaExecutable:
-    """The launcher around the stages' fast build. A CudaExecutable that cannot take a
-    prepared build builds it again itself (lowering twice; the source cache hits)."""
-    if _TAKES_BUILD:
-        return CudaExecutable(fn, chosen, interpret, fast=build)
-    return CudaExecutable(fn, chosen, interpret)
-
-
-_TAKES_BUILD = "fast" in inspect.signature(CudaExecutable).parameters
 
 
 def _explanation(work: Work, lowered: bool = True) -> str:
