@@ -57,6 +57,19 @@ class LoweredModule:
 
 
 
+def __getattr__(name: str) -> Any:
+    """The emission's names (`Facts`, `EmittedModule`, `frame_bytes`, ...) as they were
+    before emit.py split from this module, imported on first use."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from tilenest.backends.cpu import emit
+
+    try:
+        return getattr(emit, name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
 def emit_module(fn: Function, plan: CpuPlan, vector_bits: int, *,
                 assume_no_alias: bool) -> EmittedModule:
     """Emit every phase of `fn` into an llvmlite module (no text, no JIT; see emit.py)."""
