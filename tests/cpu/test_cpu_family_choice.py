@@ -299,3 +299,13 @@ def test_fusion_priced_by_register_room() -> None:
     listed = {"fuse_reductions": families(fn)["fuse_reductions"]}
     assert FamilyPricer(AVX2).choose(fn, listed)["fuse_reductions"][0] is False
     assert FamilyPricer(AVX512).choose(fn, listed)["fuse_reductions"][0] is True
+
+
+def test_empty_tensors_plan_and_run() -> None:
+    """A store into an empty tensor prices to nothing (its size once divided the price)."""
+    from tilenest.examples import softmax
+
+    x = np.zeros((0, 64), np.float32)
+    y = np.full_like(x, np.nan)
+    softmax.EXAMPLE.kernel(x, y)
+    assert y.shape == (0, 64)

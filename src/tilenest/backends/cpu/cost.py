@@ -64,9 +64,14 @@ from tilenest.plan.target import ScheduledWork
 
 # Seed 004 §4 default weights of the relative-work prior, then the tile-shape terms (per
 # vector load/store of an mma operand, per 64-byte line served by L2 / L3, per packet).
+# `activation` is waking the worker pool for a launch of several tasks: an empty 2-task
+# launch measured 45 us on a quiet 2-core host (75-120 us under load) while one relative
+# unit is roughly a packet operation (~0.3 ns), so 30000 (~10 us) is a floor; with 0 the
+# prior split a 4096-element add (~1 us of work) over both threads and the call cost 60x
+# more than running it on the calling thread.
 SEED_WEIGHTS: dict[str, float] = {"arithmetic": 1.0, "broadcast": 1.0, "contiguous": 2.0,
                                   "gathered": 2.0, "block": 128.0, "task": 0.0,
-                                  "activation": 0.0}
+                                  "activation": 30000.0}
 SHAPE_WEIGHTS: dict[str, float] = {"register": 1.0, "spill": 2.0, "l2_line": 2.0,
                                    "l3_line": 8.0, "packet": 16.0, "prefetch_streams": 4.0,
                                    "cold_row": 54.0, "cold_line": 3.0, "l3_stream": 0.4,

@@ -159,8 +159,8 @@ def store_price(op: Op, choice: bool | None, host: HostShape, w: Mapping[str, fl
     size = _tensor_bytes(tensor)
     if choice is None:  # the size rule of rules_memory._streams
         choice = size > host.llc_bytes and row_bytes >= STREAM_MIN_ROW_BYTES
-    if not choice:
-        return w["rfo"] * max(0.0, 1.0 - host.llc_bytes / size)
+    if not choice:  # an empty tensor stores nothing (and has no read-for-ownership)
+        return w["rfo"] * max(0.0, 1.0 - host.llc_bytes / size) if size else 0.0
     if not _streamable(op, host):
         return w["scalar_nt"]
     return w["stage"] + w["short_row"] * max(0.0, 1.0 - row_bytes / PAGE_BYTES)
