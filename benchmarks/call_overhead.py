@@ -49,7 +49,7 @@ import numpy as np
 
 import tilenest as tn
 from benchmarks.harness import ForeignLoad, machine_info
-from benchmarks.report import RESULTS_DIR, _markdown_table
+from benchmarks.report import RESULTS_DIR, markdown_table
 from tilenest.runtime.binder import binder_for
 
 CPU_GOAL_US = 3.0
@@ -359,11 +359,11 @@ def markdown(doc: dict[str, Any]) -> str:
              "the compiled specialization. `other load`: share of the machine's CPU time used "
              "by other processes while the case was timed (above ~5% the numbers are "
              "disturbed).", "",
-             _markdown_table(*table(doc))]
+             markdown_table(*table(doc))]
     comp = doc.get("compile")
     if comp:
         parts += ["", "## Seed GEMM compile in a fresh process", "",
-                  _markdown_table(["kernel", "cold s (median)", "warm s (median)", "cold runs",
+                  markdown_table(["kernel", "cold s (median)", "warm s (median)", "cold runs",
                                    "warm runs"],
                                   [[comp["kernel"], f"{comp['cold_median_s']:.3f}",
                                     f"{comp['warm_median_s']:.3f}",
@@ -384,7 +384,7 @@ def print_table(doc: dict[str, Any]) -> None:
         from rich.console import Console
         from rich.table import Table
     except ImportError:
-        print(_markdown_table(header, rows))
+        print(markdown_table(header, rows))
         return
     t = Table(title=f"tilenest call overhead ({doc['target']})")
     for h in header:

@@ -104,7 +104,7 @@ def failures(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
@@ -135,7 +135,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "contenders are disturbed). Every contender was checked against a float64 oracle "
         "first.",
         "",
-        _markdown_table(*case_table(doc)),
+        markdown_table(*case_table(doc)),
         "",
         "## Compile time of a plain call (capture + tunable search and plan + lower + JIT)",
         "",
@@ -143,11 +143,11 @@ def markdown(doc: dict[str, Any]) -> str:
         "memory cache, a fresh Kernel object; cached: a disk-cache hit in a fresh Kernel "
         "object (the tunable search runs again). Medians.",
         "",
-        _markdown_table(*compile_table(doc)),
+        markdown_table(*compile_table(doc)),
         "",
         "## Call overhead of a cached compiled kernel (tiny inputs)",
         "",
-        _markdown_table(*overhead_table(doc)),
+        markdown_table(*overhead_table(doc)),
     ]
     notes = list(doc.get("notes", []))
     for case in doc["cases"]:

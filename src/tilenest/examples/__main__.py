@@ -1,4 +1,5 @@
-"""`python -m tilenest.examples [name ...] [--target T]`: run examples at their demo size and check them."""
+"""`python -m tilenest.examples [name ...] [--target T]`: run examples at their demo size and
+check them."""
 
 from __future__ import annotations
 
