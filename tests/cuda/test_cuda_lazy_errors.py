@@ -123,6 +123,7 @@ def test_batches_recycle_slots_once_their_events_complete(monkeypatch) -> None:
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "ExternalStream", lambda s, device=None: (device, s))
+    monkeypatch.setattr(torch.cuda, "default_stream", lambda device=None: (device, 0))
     FakeEvent.done, FakeEvent.recorded = False, []
     board = StatusBoard()
     owner = StatusOwner("k")

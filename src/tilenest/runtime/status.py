@@ -198,7 +198,9 @@ class StatusBoard:
         events = []
         for device, stream in {(s.device, s.stream) for s in done}:
             event = torch.cuda.Event()
-            event.record(torch.cuda.ExternalStream(stream, device=device))
+            # Handle 0 is the device's default stream (torch's default current stream).
+            event.record(torch.cuda.default_stream(device) if stream == 0
+                         else torch.cuda.ExternalStream(stream, device=device))
             events.append(event)
         self.closed.append((done, events))
 
