@@ -225,8 +225,9 @@ class StatusBoard:
     # ------------------------------------------------------------------ reporting
     def poll(self, owner: StatusOwner) -> str | None:
         """An error of an earlier launch of `owner` visible now (no waiting), or None."""
-        if not self.failed and owner.last is None and not owner.captured:
-            return None
+        last = owner.last
+        if not self.failed and not owner.captured and (last is None or not last.code()):
+            return None  # the common case, without the lock (a racing write shows up later)
         with self.lock:
             for i, (who, msg) in enumerate(self.failed):
                 if who is owner:
