@@ -116,7 +116,8 @@ def _gemm_phases(target: str) -> str:
 
 
 def gemm_lines() -> None:
-    import tilenest.backends.cpu.lower  # noqa: F401 - import cost is not planning
+    import tilenest.backends.cpu.emit  # noqa: F401 - import cost is not planning
+    import tilenest.backends.cpu.lower  # noqa: F401
     import tilenest.backends.cpu.target  # noqa: F401
     import tilenest.plan.explain  # noqa: F401
 

@@ -1,14 +1,26 @@
-"""Shared pytest setup: the `--update-golden` switch and the `golden` fixture."""
+"""Shared pytest setup: a per-session cache directory, the `--update-golden` switch and the
+`golden` fixture."""
 
 from __future__ import annotations
 
 import difflib
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One fresh cache directory per test session (xdist workers inherit it): plan-cache
+    decisions and objects of an earlier run or of the developer's own programs must not
+    change what this run plans; within the run, later compiles hit the caches as a user's
+    would."""
+    if not os.environ.get("TILENEST_CACHE_DIR"):
+        os.environ["TILENEST_CACHE_DIR"] = tempfile.mkdtemp(prefix="tilenest-tests-")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
