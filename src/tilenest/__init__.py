@@ -68,6 +68,8 @@ from tilenest.numerics import FMA as FMA
 from tilenest.numerics import IEEE as IEEE
 from tilenest.numerics import NumericalPolicy as NumericalPolicy
 from tilenest.runtime.cache import UnsafeCacheWarning as UnsafeCacheWarning
+from tilenest.runtime.status import DeferredRunTimeError as DeferredRunTimeError
+from tilenest.runtime.status import check_errors as check_errors
 
 bool = bool_  # noqa: A001 - `tn.bool` reads like the other dtypes
 

@@ -334,7 +334,5 @@ def test_lang_imports_nothing_above_ir() -> None:
     assert [m for m in loaded if m.startswith(FORBIDDEN)] == []
 
 
-@pytest.mark.xfail(strict=True, reason="tilenest.ir.verify imports tilenest.config at module "
-                   "level (for verify_enabled); it needs a lazy import there")
 def test_lang_does_not_load_config() -> None:
     assert "tilenest.config" not in _lang_modules()

@@ -345,12 +345,13 @@ class Kernel:
 
         return tune(self, *args, budget=budget, target=target, **kwargs)
 
-    def torch_op(self, name: str, mutates: tuple[str, ...] = ()) -> Any:
+    def torch_op(self, name: str, mutates: tuple[str, ...] = (), **constants: Any) -> Any:
         """Register this kernel as the torch custom op `name` ("ns::name"), the tensors in
-        `mutates` written in place (DESIGN §3a; tilenest.runtime.torch_op)."""
+        `mutates` written in place; `constants` are fixed for every call of the op, the
+        others become its keyword arguments (DESIGN §3a; tilenest.runtime.torch_op)."""
         from tilenest.runtime.torch_op import register
 
-        return register(self, name, mutates)
+        return register(self, name, mutates, **constants)
 
     def __call__(self, *args: Any, target: str | None = None, **kwargs: Any) -> None:
         plain = not kwargs and target is None

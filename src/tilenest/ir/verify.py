@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from tilenest.config import config
 from tilenest.ir.core import Function, Op, Region, Value
 from tilenest.ir.ops import EFFECT, OPS, REGION, VerifyError, has_trait
 from tilenest.ir.types import Dim, TensorType, TileType
@@ -23,7 +22,9 @@ _RULE_CRASHES = (TypeError, ValueError, IndexError, AttributeError, KeyError)
 
 def verify_enabled() -> bool:
     """True when `TILENEST_CHECKS=1` asks every pass to re-verify its output."""
-    return config().checks
+    from tilenest.config import CHECKS  # lazily: tilenest.lang loads the IR, not the config
+
+    return CHECKS.read()
 
 
 def verify(fn: Function) -> None:

@@ -158,6 +158,9 @@ def _args_text(kernel: Any, tensor_key: tuple) -> str:
     for name, (kind, device, dtype, shape, strides) in zip(kernel.tensor_params, tensor_key,
                                                              strict=True):
         dims = "x".join(map(str, shape)) or "scalar"
+        # The device kind only: a winner tuned on cuda:0 holds on cuda:1 of the same GPU
+        # model (the GPU's identity is its own field of the key).
+        device = device.split(":")[0]
         parts.append(f"{name}={kind}:{device}:{dtype}[{dims}]"
                      f"/{','.join(map(str, strides))}")
     return " ".join(parts)
