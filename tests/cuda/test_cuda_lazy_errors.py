@@ -139,11 +139,13 @@ def test_batches_recycle_slots_once_their_events_complete(monkeypatch) -> None:
     assert len(board.closed) == 2
     assert late in board.batch and all(late not in b for b, _ in board.closed)
     board.launched(late)
-    board.free.clear()  # the next take must reclaim: nothing completed yet, so it grows
+    for slots in board.free.values():  # the next take must reclaim: nothing completed yet,
+        slots.clear()  # so it grows
     board.take(owner, ERRORS, 0, 5)
     assert len(board.chunks) == 2 and first[7].state != FREE
     FakeEvent.done = True
-    board.free.clear()
+    for slots in board.free.values():
+        slots.clear()
     board.take(owner, ERRORS, 0, 5)  # reclaims the completed batches
     assert first[0].state == FREE and first[7].state == FREE
     assert board.poll(owner) == f"run-time error in kernel `k`: {ERRORS[0]}"  # kept for it

@@ -144,13 +144,14 @@ def test_jax_like_array_is_immutable(target, rng):
 
 
 def test_real_jax_array(rng):
-    jnp = pytest.importorskip("jax.numpy")
+    jax = pytest.importorskip("jax")
+    cpu = jax.devices("cpu")[0]  # JAX puts arrays on its default device (a GPU if present)
     x = rng.standard_normal((3, 3)).astype(np.float32)
     out = np.full((3, 3), np.nan, np.float32)
-    add_one(jnp.asarray(x), out, target="cpu")
+    add_one(jax.device_put(x, cpu), out, target="cpu")
     np.testing.assert_allclose(out, oracle(x), rtol=1e-6)
     with pytest.raises(tn.ArgumentError, match="JAX arrays are immutable"):
-        add_one(x, jnp.zeros((3, 3), jnp.float32), target="cpu")
+        add_one(x, jax.device_put(np.zeros((3, 3), np.float32), cpu), target="cpu")
 
 
 class OnDevice(DLPackOnly):

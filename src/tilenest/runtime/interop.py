@@ -137,8 +137,12 @@ def _from_cuda_array_interface(x: Any, name: str) -> Converted:
     pointer, read_only = interface["data"]
     # No device=: torch finds the pointer's own device (a device= of another index would
     # copy there, and the kernel's writes would miss the caller's memory).
+    # Some torch versions refuse a read-only interface outright: view it through a writable
+    # copy of the description (the same memory); `read_only` below keeps kernels from
+    # writing it.
+    source = _WritableInterface(interface) if read_only else x
     try:
-        tensor = torch.as_tensor(x)
+        tensor = torch.as_tensor(source)
     except (RuntimeError, TypeError, ValueError) as e:
         raise ArgumentError(f"argument `{name}` ({type(x).__name__}): torch cannot view its "
                             f"__cuda_array_interface__ ({e})") from None
@@ -150,6 +154,14 @@ def _from_cuda_array_interface(x: Any, name: str) -> Converted:
         producer = torch.cuda.ExternalStream(stream, device=tensor.device)
         torch.cuda.current_stream(tensor.device).wait_stream(producer)  # no host wait
     return Converted(tensor, not read_only)
+
+
+class _WritableInterface:
+    """A read-only `__cuda_array_interface__` described as writable, for torch to view."""
+
+    def __init__(self, interface: dict[str, Any]) -> None:
+        self.__cuda_array_interface__ = {**interface,
+                                         "data": (interface["data"][0], False)}
 
 
 def _torch_or_none() -> Any:

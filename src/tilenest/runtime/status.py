@@ -81,10 +81,12 @@ class Slot:
     """One launch's status word: `ptr` is what the kernel gets (host and device address)."""
 
     __slots__ = ("words", "offset", "ptr", "owner", "errors", "state", "device", "stream",
-                 "chunk")
+                 "chunk", "pinned")
 
-    def __init__(self, chunk: Any, words: np.ndarray, offset: int, ptr: int) -> None:
+    def __init__(self, chunk: Any, words: np.ndarray, offset: int, ptr: int,
+                 pinned: bool = False) -> None:
         self.chunk = chunk  # the torch tensor that owns the memory
+        self.pinned = pinned
         self.words = words
         self.offset = offset
         self.ptr = ptr
@@ -107,7 +109,9 @@ class StatusBoard:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.free: list[Slot] = []
+        # Free slots by whether their memory is pinned: a device launch needs a pinned slot
+        # (Triton refuses a pageable host pointer), a synchronous one takes either kind.
+        self.free: dict[bool, list[Slot]] = {True: [], False: []}
         self.chunks: list[Any] = []
         self.batch: list[Slot] = []
         self.closed: deque[tuple[list[Slot], list[Any]]] = deque()
@@ -123,8 +127,8 @@ class StatusBoard:
         words = chunk.numpy()
         base = chunk.data_ptr()
         self.chunks.append(chunk)
-        self.free.extend(Slot(chunk, words, i * SLOT_WORDS, base + 4 * i * SLOT_WORDS)
-                         for i in reversed(range(CHUNK_SLOTS)))
+        self.free[pinned].extend(Slot(chunk, words, i * SLOT_WORDS, base + 4 * i * SLOT_WORDS,
+                                      pinned) for i in reversed(range(CHUNK_SLOTS)))
 
     def take(self, owner: StatusOwner, errors: list[str], device: int | None, stream: int,
              capturing: bool = False) -> Slot:
@@ -133,11 +137,13 @@ class StatusBoard:
         with self.lock:
             if not capturing and len(self.batch) >= BATCH:
                 self._close_batch()
-            if not self.free and not capturing:
+            pinned = device is not None and _cuda_available()
+            free = self.free[pinned]
+            if not free and not capturing:
                 self._reclaim()
-            if not self.free:
-                self._grow(pinned=device is not None and _cuda_available())
-            slot = self.free.pop()
+            if not free:
+                self._grow(pinned)
+            slot = free.pop()
             slot.words[slot.offset] = 0
             slot.owner, slot.errors, slot.device, slot.stream = owner, errors, device, stream
             if capturing:
@@ -184,7 +190,7 @@ class StatusBoard:
         if slot.owner is not None and slot.owner.last is slot:
             slot.owner.last = None
         slot.state, slot.owner, slot.errors = FREE, None, []
-        self.free.append(slot)
+        self.free[slot.pinned].append(slot)
 
     # ------------------------------------------------------------------ batches
     def _close_batch(self) -> None:

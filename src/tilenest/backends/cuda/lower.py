@@ -93,14 +93,26 @@ def tn_mod(a, b):
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 
 
+# sqrt_rn and div_rn take f32 only; f64's `/` and sqrt are correctly rounded already.
+@triton.jit
+def tn_div_rn(a, b):
+    if a.dtype == tl.float64:
+        return a / b
+    else:
+        return tl.math.div_rn(a, b)
+
+
 @triton.jit
 def tn_sqrt(x):
-    return tl.sqrt_rn(x)
+    if x.dtype == tl.float64:
+        return tl.sqrt(x)
+    else:
+        return tl.sqrt_rn(x)
 
 
 @triton.jit
 def tn_rsqrt(x):
-    return tl.math.div_rn(tl.full([], 1.0, x.dtype), tl.sqrt_rn(x))
+    return tn_div_rn(tl.full([], 1.0, x.dtype), tn_sqrt(x))
 '''
 
 # Device: libdevice (accurate). Interpreter: numpy-backed tl functions (libdevice has none).
@@ -148,7 +160,7 @@ def tn_tanh(x):
 
 @triton.jit
 def tn_sigmoid(x):
-    return tl.math.div_rn(tl.full([], 1.0, x.dtype), 1.0 + libdevice.exp(-x))
+    return tn_div_rn(tl.full([], 1.0, x.dtype), 1.0 + libdevice.exp(-x))
 '''
 
 _INTERPRETER_MATH = '''
@@ -192,12 +204,12 @@ def tn_log(x):
 
 @triton.jit
 def tn_tanh(x):
-    return 1.0 - tl.math.div_rn(tl.full([], 2.0, x.dtype), tl.exp(x + x) + 1.0)
+    return 1.0 - tn_div_rn(tl.full([], 2.0, x.dtype), tl.exp(x + x) + 1.0)
 
 
 @triton.jit
 def tn_sigmoid(x):
-    return tl.math.div_rn(tl.full([], 1.0, x.dtype), 1.0 + tl.exp(-x))
+    return tn_div_rn(tl.full([], 1.0, x.dtype), 1.0 + tl.exp(-x))
 '''
 
 
