@@ -1,0 +1,74 @@
+"""Where a plain call's host time goes: cProfile of back-to-back calls of a tiny kernel.
+
+`python -m benchmarks.profile_call [--target cuda] [--calls N]`: the compiled call of the
+call-overhead benchmark's 4096-element add, its binder and the executable's raw launch, each
+timed, then the profile of the compiled call sorted by own time (a tool for finding host
+overhead, not a benchmark: it prints, writes nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from benchmarks.call_overhead import add
+
+
+def _per_call(fn: Callable[[], Any], calls: int, sync: Callable[[], None]) -> float:
+    for _ in range(200):
+        fn()
+    sync()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, time.perf_counter() - t0)
+        sync()
+    return best / calls * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--target", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--calls", type=int, default=2000)
+    args = parser.parse_args(argv)
+    x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+    sync: Callable[[], None] = lambda: None  # noqa: E731
+    if args.target == "cuda":
+        import torch
+
+        x = torch.from_numpy(x).cuda()
+        sync = torch.cuda.synchronize
+    y, o = x * 1, x * 0
+    ck = add.compile(x, y, o)
+    exe = ck.executable.extras["executable"]
+    fast = ck.fast_path() if hasattr(ck, "fast_path") else None
+    ptr = (lambda t: t.data_ptr()) if args.target == "cuda" else (lambda t: t.ctypes.data)
+    ptrs = [ptr(x), ptr(y), ptr(o)]
+    rows = {"compiled ck(x, y, o)": lambda: ck(x, y, o)}
+    if fast is not None:
+        rows["binder fast((x, y, o))"] = lambda: fast((x, y, o))
+    if hasattr(exe, "launch"):
+        rows["exe.launch(ptrs)"] = lambda: exe.launch(ptrs, False)
+    for name, fn in rows.items():
+        print(f"{name:28s} {_per_call(fn, args.calls, sync):8.2f} us/call")
+    print("launch path:", getattr(exe, "last_path", "?"))
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(args.calls):
+        ck(x, y, o)
+    prof.disable()
+    sync()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
