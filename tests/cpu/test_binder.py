@@ -367,3 +367,14 @@ def test_run_time_error_of_a_one_call_launch() -> None:
     np.testing.assert_array_equal(y, want)
     y2 = np.full(n, -1, np.int64)
     assert exe.overlaps((y2.ctypes.data,)) is False
+
+
+def test_host_arguments_of_a_cuda_kernel_have_no_fast_path() -> None:
+    """numpy arrays for a cuda kernel are staged through device copies by the full path: a
+    host pointer given to a GPU launch would fault (seen on the H200 before this rule)."""
+    entry = ("numpy", "cpu", "f32", (16,), (1,))
+    compiled = _fake_compiled((entry, entry), _RecordingExecutable(2))
+    compiled.executable.target = "cuda"
+    assert binder_for(compiled) is None
+    compiled.executable.target = "cpu"
+    assert binder_for(compiled) is not None

@@ -241,6 +241,9 @@ def binder_for(compiled: Any) -> FastCall | None:
     if not getattr(exe, "accepts_pointers", True):  # e.g. launches that copy from tensors
         return None
     tensor_key = compiled.key[0]
+    if getattr(compiled.executable, "target", None) == "cuda" and not all(
+            str(entry[1]).startswith("cuda") for entry in tensor_key):
+        return None  # host arguments of a GPU kernel are staged through device copies
     if not (len(tensor_key) == len(written) == len(spans)
             == len(compiled.kernel.tensor_params)):
         return None

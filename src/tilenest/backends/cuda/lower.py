@@ -10,6 +10,7 @@ when the function has run-time error sites, a status word.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from tilenest.analysis.uses import UseInfo
@@ -227,8 +228,8 @@ class LoweredModule:
     errors: list[str] = field(default_factory=list)
     workspace: int = 0  # f32 elements of the split-K workspace (kernels take TN_WS)
 
-    @property
-    def uses_status(self) -> bool:
+    @functools.cached_property
+    def uses_status(self) -> bool:  # asked on every launch
         return any(p.status for p in self.phases)
 
 
