@@ -260,9 +260,39 @@ def test_plain_call_reuses_its_last_kernel_only_while_nothing_changed(
     assert asked == ["cpu", "reference"]
     monkeypatch.setenv("TILENEST_TUNE", "off")
     kern(x, y)
-    kern(x, y, BM=4)  # keyword arguments always take the full path
+    kern(x, y, BM=4)  # other keyword constants than the last call's: the full path
     assert asked == ["cpu", "reference", "reference"]
     np.testing.assert_allclose(y, _oracle(kern, x), rtol=1e-6)
+
+
+def test_plain_call_with_the_same_constants_reuses_its_kernel(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keyword constants equal to the last call's (by type, floats by their bits) ask the
+    remembered binder; -0.0 after 0.0, or an option, take the full path."""
+    import tilenest.runtime.binder as binder
+
+    asked: list[Any] = []
+
+    def binder_for(compiled: Any) -> Any:
+        def fast(args: tuple) -> bool:
+            asked.append(compiled.constants["SCALE"])
+            return False
+        return fast
+
+    monkeypatch.setattr(binder, "binder_for", binder_for)
+    kern = tn.Kernel(scale_rows)
+    x, y = _xy()
+    kern(x, y, SCALE=0.0, BM=2)
+    kern(x, y, BM=2, SCALE=0.0)  # the same constants in another order
+    assert len(asked) == 1 and asked[0] == 0.0
+    kern(x, y, BM=2, SCALE=-0.0)  # another specialization: not asked
+    assert len(asked) == 1
+    kern(x, y, BM=2, SCALE=-0.0)
+    assert len(asked) == 2 and str(asked[1]) == "-0.0"
+    kern(x, y, BM=2, SCALE=-0.0, seed=1)  # an option: the full path
+    assert len(asked) == 2
+    kern(x, y, BM=2, SCALE=3.0)
+    np.testing.assert_allclose(y, x * 3.0 + 1.0, rtol=1e-6)
 
 
 def test_a_fast_path_that_launches_ends_the_call(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -123,7 +123,8 @@ class Kernel:
         # TILENEST_TUNE as they read then, its binder). A call with the tensors alone tries
         # that binder first while neither the cache nor those variables changed (they decide
         # which compiled kernel the full path would pick).
-        self._last: tuple[int, str | None, str | None, Callable[[tuple], bool]] | None = None
+        self._last: tuple[int, str | None, str | None, Callable[[tuple], bool], tuple] \
+            | None = None
 
     def __repr__(self) -> str:
         return f"<tilenest kernel {self.name}>"
@@ -354,22 +355,42 @@ class Kernel:
         return register(self, name, mutates, **constants)
 
     def __call__(self, *args: Any, target: str | None = None, **kwargs: Any) -> None:
-        plain = not kwargs and target is None
-        if plain:
+        signature = None if target is not None else self._constants_signature(kwargs)
+        if signature is not None:
             last = self._last
             if (last is not None and last[0] == self._compiled.generation
-                    and last[1] == TARGET.raw() and last[2] == TUNE.raw() and last[3](args)):
+                    and last[4] == signature and last[1] == TARGET.raw()
+                    and last[2] == TUNE.raw() and last[3](args)):
                 return
         options = take_options(kwargs)
         try:
             tensors, consts, key = self._bind(args, kwargs)
             compiled = self._prepare(tensors, key, consts, target, options)
-            if plain:
+            if signature is not None:
                 self._last = (self._compiled.generation, TARGET.raw(), TUNE.raw(),
-                              compiled.fast_path())
+                              compiled.fast_path(), signature)
             compiled.executable.run(tensors)
         except TileError as e:
             raise trimmed(e) from None
+
+    def _constants_signature(self, kwargs: dict[str, Any]) -> tuple | None:
+        """The call's keyword constants as the plain-call fast path compares them (exactly:
+        by type, floats by their bits), or None when the call passes anything else (options,
+        tensors by name, dtypes, tuples), which the full path binds."""
+        if not kwargs:
+            return ()
+        out = []
+        for name, value in kwargs.items():
+            kind = type(value)
+            if name not in self.const_params or kind not in _SCALAR_CONSTANTS:
+                return None
+            out.append((name, kind, value.hex() if kind is float else value))
+        out.sort(key=lambda item: item[0])
+        return tuple(out)
+
+
+# Constant types the plain-call fast path compares itself (bool is not int, -0.0 not 0.0).
+_SCALAR_CONSTANTS = frozenset({bool, int, float, str, type(None)})
 
 
 def kernel(fn: Callable[..., Any]) -> Kernel:
