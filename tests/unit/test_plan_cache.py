@@ -70,11 +70,11 @@ out = {"hit": c is not None, "runs": runs, "stores": plan_cache.stats.stores}
 if c is not None:
     c(X, Y)
     ref = X.astype(np.float64) * factor + X.astype(np.float64).sum(axis=1, keepdims=True)
-    out.update(error=float(np.abs(Y - ref).max() / np.abs(ref).max()),
-               rows=c.ir.consts["ROWS"], plan=repr(c.plan), explain=c.explain())
-    if mode == "load" and len(sys.argv) > 5:
+    if mode == "load" and len(sys.argv) > 5:  # before explain(), which re-plans for its text
         out["replanned"] = repr(c.planning.selected.plan)
         out["runs_after_planning"] = search.planner_runs() - before
+    out.update(error=float(np.abs(Y - ref).max() / np.abs(ref).max()),
+               rows=c.ir.consts["ROWS"], plan=repr(c.plan), explain=c.explain())
 print(json.dumps(out))
 '''
 
