@@ -61,7 +61,8 @@ _ENVIRON_DATA: dict[Any, Any] | None = getattr(os.environ, "_data", None)
 
 
 @functools.cache
-def _environ_key(name: str) -> Any:
+@functools.cache
+def _environ_key(name: str) -> Any:  # encoded once: the plain call path asks on every call
     return os.environ.encodekey(name) if hasattr(os.environ, "encodekey") else name
 
 
