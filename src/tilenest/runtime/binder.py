@@ -34,22 +34,9 @@ from typing import Any
 import numpy as np
 
 from tilenest.ir import dtypes as dt
+from tilenest.runtime.spans import alias_bounds
 
 FastCall = Callable[[tuple], bool]
-
-
-def alias_bounds(written: Sequence[bool], spans: Sequence[tuple[int, int] | None]
-                  ) -> list[tuple[int, int, int, int]]:
-    """(i, j, below, above) per pair of non-empty parameters of which one is written: their
-    spans overlap iff below < ptr[i] - ptr[j] < above."""
-    out = []
-    for i, span_i in enumerate(spans):
-        for j in range(i + 1, len(spans)):
-            span_j = spans[j]
-            if span_i is None or span_j is None or not (written[i] or written[j]):
-                continue
-            out.append((i, j, span_j[0] - span_i[1], span_j[1] - span_i[0]))
-    return out
 
 
 # -- numpy's data pointer without `x.ctypes.data` (1.6-1.8 µs: it builds a ctypes helper object)

@@ -29,10 +29,9 @@ from tilenest.backends.cpu.plan import CpuPlan
 from tilenest.backends.cpu.stack import UNCHECKED_FRAME_BYTES, fits_on_this_thread
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
-from tilenest.ir.types import TensorType
 from tilenest.runtime.args import is_torch_tensor
-from tilenest.runtime.binder import alias_bounds
 from tilenest.runtime.pool import PHASE_SIGNATURE, default_pool, run_on_known_stack
+from tilenest.runtime.spans import alias_bounds, overlapping, tensor_span
 
 
 @dataclass
@@ -51,44 +50,20 @@ def _build(fn: Function, plan: CpuPlan, assume_no_alias: bool) -> Build:
     return Build(lowered, compiled, entries)
 
 
-def _pointer_and_range(x: Any, name: str, written: bool) -> tuple[int, int, int]:
-    """Base address and the [lo, hi) byte range the argument can touch."""
+def _pointer(x: Any, name: str, written: bool) -> int:
+    """The argument's base address, after the checks the fast binder makes too (its span
+    comes from the specialization's shape and strides: `tensor_span`)."""
     if isinstance(x, np.ndarray):
         if written and not x.flags.writeable:
             raise ArgumentError(f"argument `{name}` is written by the kernel but is read-only",
                                 loc=None)
-        ptr, itemsize, shape = x.ctypes.data, x.itemsize, x.shape
-        strides = tuple(s // itemsize for s in x.strides)
-    elif is_torch_tensor(x):
+        return x.ctypes.data
+    if is_torch_tensor(x):
         if x.device.type != "cpu":
             raise ArgumentError(f"argument `{name}` is on {x.device}; the cpu target needs "
                                 f"CPU tensors", loc=None)
-        ptr, itemsize, shape, strides = x.data_ptr(), x.element_size(), tuple(x.shape), \
-            tuple(x.stride())
-    else:
-        raise ArgumentError(f"argument `{name}` is not a numpy array or torch tensor", loc=None)
-    if any(e == 0 for e in shape):
-        return ptr, ptr, ptr
-    lo = hi = 0
-    for e, s in zip(shape, strides, strict=True):
-        span = (e - 1) * s * itemsize
-        lo += min(0, span)
-        hi += max(0, span)
-    return ptr, ptr + lo, ptr + hi + itemsize
-
-
-def _span(t: TensorType) -> tuple[int, int] | None:
-    """[lo, hi) bytes relative to the base pointer that a tensor of type `t` can touch (None:
-    an empty tensor touches nothing)."""
-    if any(e == 0 for e in t.shape):
-        return None
-    itemsize = t.dtype.itemsize
-    lo = hi = 0
-    for e, s in zip(t.shape, t.strides, strict=True):
-        span = (e - 1) * s * itemsize
-        lo += min(0, span)
-        hi += max(0, span)
-    return lo, hi + itemsize
+        return x.data_ptr()
+    raise ArgumentError(f"argument `{name}` is not a numpy array or torch tensor", loc=None)
 
 
 _ZERO = ctypes.c_int64(0)  # the first program of a one-call launch, as a ready argument
@@ -139,7 +114,7 @@ class CpuExecutable:
         stored = {op.operands[0] for op in fn.walk() if op.name == "store"}
         self.written: tuple[bool, ...] = tuple(p.value in stored for p in fn.params)
         self.spans: tuple[tuple[int, int] | None, ...] = tuple(
-            _span(p.value.type) for p in fn.params)
+            tensor_span(p.value.type) for p in fn.params)
         self.alias_bounds = tuple(alias_bounds(self.written, self.spans))
         self.last_build = "fast"
         self._nparams = len(fn.params)
@@ -181,23 +156,13 @@ class CpuExecutable:
     def overlaps(self, ptrs: Sequence[int]) -> bool:
         """Whether a written argument's span overlaps another argument's (base pointers of a
         call whose shapes and strides are this specialization's)."""
-        return any(below < ptrs[i] - ptrs[j] < above for i, j, below, above in self.alias_bounds)
+        return overlapping(self.alias_bounds, ptrs)
 
     def run(self, args: dict[str, Any]) -> None:
         """The checked path: validate every argument, then launch."""
-        params = self.fn.params
-        ranges = [_pointer_and_range(args[p.name], p.name, w)
-                  for p, w in zip(params, self.written, strict=True)]
-        self.launch([r[0] for r in ranges], self._ranges_overlap(ranges))
-
-    def _ranges_overlap(self, ranges: list[tuple[int, int, int]]) -> bool:
-        for i, (_, lo_i, hi_i) in enumerate(ranges):
-            if not self.written[i] or lo_i == hi_i:
-                continue
-            for j, (_, lo_j, hi_j) in enumerate(ranges):
-                if j != i and lo_j < hi_j and lo_i < hi_j and lo_j < hi_i:
-                    return True
-        return False
+        ptrs = [_pointer(args[p.name], p.name, w)
+                for p, w in zip(self.fn.params, self.written, strict=True)]
+        self.launch(ptrs, self.overlaps(ptrs))
 
     def _launch_one(self, ptrs: Sequence[int], aliased: bool) -> None:
         """`launch` when the fast build is one phase of one block (or one thread): one ctypes

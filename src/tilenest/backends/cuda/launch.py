@@ -32,6 +32,7 @@ from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
 from tilenest.ir.types import TensorType
 from tilenest.runtime.args import is_torch_tensor
+from tilenest.runtime.spans import alias_bounds, overlapping, tensor_span
 from tilenest.runtime.status import BOARD, Slot, StatusOwner
 
 MAX_GRID = 2**31 - 1
@@ -96,45 +97,6 @@ def _on_host(x: Any) -> bool:
     return isinstance(x, np.ndarray) or x.device.type == "cpu"
 
 
-def _byte_range(x: Any) -> tuple[int, int]:
-    ptr, itemsize = x.data_ptr(), x.element_size()
-    if x.numel() == 0:
-        return ptr, ptr
-    lo = hi = 0
-    for e, s in zip(x.shape, x.stride(), strict=True):
-        span = (e - 1) * s * itemsize
-        lo += min(0, span)
-        hi += max(0, span)
-    return ptr + lo, ptr + hi + itemsize
-
-
-def _span(t: Any) -> tuple[int, int] | None:
-    """[lo, hi) bytes relative to the base pointer that a tensor of type `t` can touch (None:
-    empty, or not a tensor parameter)."""
-    if not isinstance(t, TensorType) or any(e == 0 for e in t.shape):
-        return None
-    lo = hi = 0
-    for e, s in zip(t.shape, t.strides, strict=True):
-        span = (e - 1) * s * t.dtype.itemsize
-        lo += min(0, span)
-        hi += max(0, span)
-    return lo, hi + t.dtype.itemsize
-
-
-def overlaps(ptrs: Sequence[int], written: Sequence[bool],
-             spans: Sequence[tuple[int, int] | None]) -> bool:
-    """Whether a written argument's bytes overlap another argument's (base pointers `ptrs`)."""
-    for i, span_i in enumerate(spans):
-        if span_i is None or not written[i]:
-            continue
-        lo_i, hi_i = ptrs[i] + span_i[0], ptrs[i] + span_i[1]
-        for j, span_j in enumerate(spans):
-            if j != i and span_j is not None and lo_i < ptrs[j] + span_j[1] \
-                    and ptrs[j] + span_j[0] < hi_i:
-                return True
-    return False
-
-
 def _current_device() -> int:
     import torch
 
@@ -169,7 +131,8 @@ class CudaExecutable:
         self.written = [p.value in stored for p in fn.params]
         # Byte spans relative to each base pointer (shapes and strides are in the key): the
         # alias check of `launch` is pointer arithmetic.
-        self.spans = tuple(_span(p.value.type) for p in fn.params)
+        self.spans = tuple(tensor_span(p.value.type) for p in fn.params)
+        self.alias_bounds = tuple(alias_bounds(self.written, self.spans))
         self._shared_status: dict[Any, Any] = {}
         # (device, aliased, alignment key) -> (direct calls, status word): `launch`'s lane.
         self._lanes: dict[tuple[int, bool, int], tuple[list[Any], int]] = {}
@@ -198,16 +161,8 @@ class CudaExecutable:
         return self._safe
 
     def _choose(self, tensors: list[Any]) -> Build:
-        if not any(self.written):
-            return self.fast
-        ranges = [_byte_range(t) for t in tensors]
-        for i, (lo_i, hi_i) in enumerate(ranges):
-            if not self.written[i] or lo_i == hi_i:
-                continue
-            for j, (lo_j, hi_j) in enumerate(ranges):
-                if j != i and lo_j < hi_j and lo_i < hi_j and lo_j < hi_i:
-                    return self.safe
-        return self.fast
+        aliased = overlapping(self.alias_bounds, [t.data_ptr() for t in tensors])
+        return self.safe if aliased else self.fast
 
     def _status_word(self, device: Any) -> Any:
         """The word shared by launches of kernels that never write it (a pointer argument)."""
@@ -274,7 +229,7 @@ class CudaExecutable:
                 return self._launch(tensors)
         ptrs = [t.data_ptr() for t in tensors]
         # The key fixed shapes and strides: the alias check is arithmetic on the spans.
-        aliased = any(self.written) and overlaps(ptrs, self.written, self.spans)
+        aliased = overlapping(self.alias_bounds, ptrs)
         build = self.safe if aliased else self.fast
         self.last_build = "fast" if build is self.fast else "safe"
         if build.lowered.uses_status:
@@ -316,7 +271,7 @@ class CudaExecutable:
     def launch(self, ptrs: Sequence[int], aliased: bool, device: int | None = None) -> None:
         """Launch on base pointers `ptrs` (parameter order) of CUDA tensors that a caller has
         checked against this specialization (the binder: dtypes, shapes, strides, device);
-        `aliased`: a written argument overlaps another (`overlaps(ptrs, written, spans)`), so
+        `aliased`: a written argument overlaps another (`runtime.spans.overlapping`), so
         the safe build runs. `device`: the tensors' CUDA device index (None: the current
         device). Never synchronizes; raises BackendError for an earlier launch's run-time
         error (see the module docstring). Only when `accepts_pointers`."""
