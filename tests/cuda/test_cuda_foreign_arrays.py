@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests.foreign_arrays_common import DLPackOnly, add_one, oracle
 
 import tilenest as tn
 
@@ -21,36 +22,10 @@ GPU = torch.cuda.is_available()
 needs_gpu = pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
 
 
-class DLPackOnly:
-    def __init__(self, array: Any) -> None:
-        self._array = array
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        return self._array.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self) -> tuple:
-        return self._array.__dlpack_device__()
-
-
 class CudaArrayInterfaceOnly:
     def __init__(self, tensor: Any) -> None:
         self._tensor = tensor  # keeps the memory alive
         self.__cuda_array_interface__ = tensor.__cuda_array_interface__
-
-
-@tn.kernel
-def add_one(X, Y):
-    M, N = X.shape
-    r, c = tn.axis("r", M), tn.axis("c", N)
-    for _p in tn.parallel(1):
-        Y.tile((0, 0), (r, c)).store(X.tile((0, 0), (r, c)).load() + 1.0)
-
-
-def oracle(x: np.ndarray) -> np.ndarray:
-    x64 = np.asarray(x, np.float64)
-    y = np.full(x64.shape, np.nan)
-    tn.interpret(add_one, x64, y, precision="float64")
-    return y
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests.foreign_arrays_common import DLPackOnly, add_one, oracle
 
 import tilenest as tn
 from tilenest.ir import dtypes as dt
@@ -24,35 +25,6 @@ from tilenest.runtime import interop
 from tilenest.runtime.args import TensorArg, describe_tensor
 
 TARGETS = ["reference", "cpu"]
-
-
-class DLPackOnly:
-    """A producer that speaks DLPack and nothing else (no buffer protocol, no
-    __array_interface__), delegating to the array it wraps."""
-
-    def __init__(self, array: Any) -> None:
-        self._array = array
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        return self._array.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self) -> tuple:
-        return self._array.__dlpack_device__()
-
-
-@tn.kernel
-def add_one(X, Y):
-    M, N = X.shape
-    r, c = tn.axis("r", M), tn.axis("c", N)
-    for _p in tn.parallel(1):
-        Y.tile((0, 0), (r, c)).store(X.tile((0, 0), (r, c)).load() + 1.0)
-
-
-def oracle(x: np.ndarray) -> np.ndarray:
-    x64 = np.asarray(x, np.float64)
-    y = np.full(x64.shape, np.nan)
-    tn.interpret(add_one, x64, y, precision="float64")
-    return y
 
 
 @pytest.fixture
