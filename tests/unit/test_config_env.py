@@ -134,9 +134,10 @@ def test_dump_dir_that_cannot_be_written(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_every_dump_stage_is_known() -> None:
-    """Each `dump("<stage>", ...)` call in the package names a stage TILENEST_DUMP accepts."""
+    """Each `dump("<stage>", ...)` call and each stage `Artifact("<name>", ...)` in the package
+    names a stage TILENEST_DUMP accepts."""
     stages = {m.group(1) for path in SRC.rglob("*.py")
-              for m in re.finditer(r'\bdump\("([^"]+)"', path.read_text())}
+              for m in re.finditer(r'\b(?:dump|Artifact)\("([^"]+)"', path.read_text())}
     assert stages and stages <= set(cfg.DUMP_STAGES), stages - set(cfg.DUMP_STAGES)
 
 

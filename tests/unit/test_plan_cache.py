@@ -369,3 +369,28 @@ def test_concurrent_processes(tmp_path: Path) -> None:
     assert all(r["hits"] >= 5 for r in results)  # at most the first compile plans
     assert len(_entries(cache)) == 1
     assert not list(cache.glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_a_cpu_hit_runs_the_stages_after_plan(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hit is lowered, generated and loaded by the cpu stage list (dumps and checks between
+    stages as in a planned build), with no planner run."""
+    from tilenest.examples.softmax import reference, softmax
+
+    monkeypatch.setenv("TILENEST_CACHE_DIR", str(_cache(tmp_path)))
+    x = np.random.default_rng(3).standard_normal((24, 40)).astype(np.float32)
+    y = np.full_like(x, np.nan)
+    first = tn.Kernel(softmax.fn).compile(x, y)
+    dumps = tmp_path / "dumps"
+    monkeypatch.setenv("TILENEST_DUMP", "lower,codegen,load")
+    monkeypatch.setenv("TILENEST_DUMP_DIR", str(dumps))
+    monkeypatch.setenv("TILENEST_CHECKS", "1")
+    hits, before = plan_cache.stats.hits, search.planner_runs()
+    again = tn.Kernel(softmax.fn).compile(x, y)  # a new Kernel: nothing cached in memory
+    assert plan_cache.stats.hits == hits + 1 and search.planner_runs() == before
+    assert again.plan == first.plan
+    assert {p.name.split(".", 1)[1] for p in dumps.iterdir()} == {
+        "llvm.ll", "llvm-opt.ll", "load.txt"}
+    again(x, y)
+    np.testing.assert_allclose(y, reference(x.astype(np.float64)), rtol=1e-5, atol=1e-6)
+    assert "plan cache: decision loaded from" in again.explain()

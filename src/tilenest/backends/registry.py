@@ -108,7 +108,7 @@ def preparer(name: str) -> Preparer:
         from tilenest.driver.options import CompileOptions
 
         opts = options if isinstance(options, CompileOptions) else \
-            _options_of(options, name)
+            options_of(options, name)
         work = Work(opts, fn)
         if planned is not None:
             work["planned"] = planned
@@ -133,7 +133,7 @@ def plan_with(plan_one: Planner) -> Callable[[Work], None]:
     return run
 
 
-def _options_of(options: dict[str, Any] | None, target: str) -> Any:
+def options_of(options: dict[str, Any] | None, target: str) -> Any:
     """CompileOptions for a preparer given the call's option dict (the tuning and plan-cache
     hooks): the running compile's environment knobs when there is one, else read now."""
     from dataclasses import replace

@@ -279,28 +279,33 @@ def _prepend(exe: Any, text: str) -> None:
 
 
 def _cpu_executable(fn: Any, plan: Any, options: dict[str, Any]) -> Any:
-    """The cpu Executable of a stored plan record: validated, lowered and compiled, with no
-    planner run (the record passed admission when it was stored under this same key)."""
+    """The cpu Executable of a stored plan record: validated, then the cpu stages after
+    `plan` (lower, codegen, load: dumped and checked between stages like a planned build),
+    with no planner run (the record passed admission when it was stored under this same
+    key)."""
     from tilenest.backends.cpu.jit import host_info
-    from tilenest.backends.cpu.launch import CpuExecutable
     from tilenest.backends.cpu.plan import CpuPlan, validate
-    from tilenest.backends.registry import Executable
-    from tilenest.config import dump
+    from tilenest.backends.cpu.stages import STAGES
+    from tilenest.backends.registry import options_of
+    from tilenest.driver.stages import Work, run_stages
     from tilenest.numerics import as_policy
 
     if not isinstance(plan, CpuPlan):
         raise TuneError("a cpu decision without a CpuPlan", loc=None)
     host = host_info()
     validate(plan, fn, max(1, host.vector_bits // 32))
-    exe = CpuExecutable(fn, plan)
-    explanation = (f"numerical policy: {as_policy(options.get('policy')).describe()}\n"
-                   f"target cpu ({host.cpu_name}, {host.vector_bits}-bit vectors)\n"
-                   f"plan: {plan.describe()}\n"
-                   f"phases: " + ", ".join(f"{p.name} ({p.programs} programs, {p.lanes} per "
-                                            f"packet)" for p in exe.fast.lowered.phases) + "\n")
-    dump("llvm", fn.name, "ll", exe.fast.lowered.llvm_ir)
-    return Executable("cpu", fn, exe.run, plan=plan, source=exe.fast.lowered.llvm_ir,
-                      explanation=explanation, extras={"executable": exe})
+    work = Work(options_of(options, "cpu"), fn)
+    work["plan"], work["planning"] = plan, None
+    run_stages([stage for stage in STAGES if stage.name != "plan"], work)
+    out = work["executable"]
+    del out.extras["planning"]  # computed on access (`_Replanning`): nothing was planned
+    phases = work["lowered"].phases
+    out.explanation = (f"numerical policy: {as_policy(options.get('policy')).describe()}\n"
+                       f"target cpu ({host.cpu_name}, {host.vector_bits}-bit vectors)\n"
+                       f"plan: {plan.describe()}\n"
+                       f"phases: " + ", ".join(f"{p.name} ({p.programs} programs, {p.lanes} "
+                                               f"per packet)" for p in phases) + "\n")
+    return out
 
 
 class _Replanning(dict):
