@@ -142,20 +142,3 @@ def func(fn: Callable[..., Any]) -> Callable[..., Any]:
         return rewritten[0](*args, **kwargs)
 
     return wrapper
-
-
-# Names that moved to tilenest.driver (issue 11): code written against the old module keeps
-# importing them from here while it is updated. Resolved on first use only, so importing
-# tilenest.lang still loads nothing above tilenest.ir.
-_MOVED = {"Kernel": "tilenest.driver.kernel", "kernel": "tilenest.driver.kernel",
-          "interpret": "tilenest.driver.kernel", "_consts_key": "tilenest.driver.kernel",
-          "_with_defaults": "tilenest.driver.kernel", "CompiledKernel": "tilenest.driver.compiled"}
-
-
-def __getattr__(name: str) -> Any:
-    module = _MOVED.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)

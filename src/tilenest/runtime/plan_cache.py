@@ -225,11 +225,8 @@ def planned_build(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any]
 
 def _build(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any], target: str,
            options: dict[str, Any], candidate: Any, summary: str, digest: str) -> Any:
-    try:  # the compile driver (issue 11) moves these out of tilenest.lang
-        from tilenest.driver.compiled import CompiledKernel
-        from tilenest.driver.kernel import _consts_key
-    except ImportError:
-        from tilenest.lang.kernel import CompiledKernel, _consts_key  # type: ignore[no-redef]
+    from tilenest.driver.compiled import CompiledKernel
+    from tilenest.driver.kernel import _consts_key
 
     if candidate.target != target:
         raise TuneError(f"a {candidate.target} decision for a {target} call", loc=None)
@@ -246,36 +243,25 @@ def _build(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any], targe
         from tilenest.backends.registry import preparer
 
         exe = preparer(target)(fn, {**options, "plan": plan})
-        _prepend(exe, f"(the {target} target planned the stored record alone: a space of "
-                      f"one candidate)\n")
+        exe.prepend_explanation(f"(the {target} target planned the stored record alone: a "
+                                f"space of one candidate)\n")
     chosen = ", ".join(f"{n}={v!r}" for n, v in values.items())
-    _prepend(exe, (
+    exe.prepend_explanation(
         f"plan cache: decision loaded from {plan_cache_dir()} (entry {digest[:16]}), stored "
         f"by an earlier compile with the same structural key; the tunable search and the "
         f"planner did not run now (compiled.planning re-plans the selected assignment on "
         f"first access).\n  decision: {chosen + '; ' if chosen else ''}"
         f"{getattr(plan, 'describe', plan.__repr__)()}\n  when it was planned:\n"
-        + "".join(f"    {line}\n" for line in summary.splitlines())))
+        + "".join(f"    {line}\n" for line in summary.splitlines()))
     search = None
     if open_:
         def search() -> Any:
             return kernel._search(tensors, key, consts, target, options)[0]
     extras = exe.extras = _Replanning(exe.extras, target, fn, options, search)
     extras["plan_cache"] = (candidate, digest)
-    append = getattr(exe, "append_explanation", None)
-    if append is not None and target == "cpu":  # rendered on demand: the full account
-        append(_full_explanation(extras))
+    if target == "cpu":  # rendered on demand: the full account
+        exe.append_explanation(_full_explanation(extras))
     return CompiledKernel(kernel, (key[0], _consts_key(resolved)), exe, options)
-
-
-def _prepend(exe: Any, text: str) -> None:
-    """Put `text` before the executable's explanation (kept lazy where the Executable renders
-    its explanation on demand)."""
-    prepend = getattr(exe, "prepend_explanation", None)
-    if prepend is not None:
-        prepend(text)
-    else:
-        exe.explanation = text + exe.explanation
 
 
 def _cpu_executable(fn: Any, plan: Any, options: dict[str, Any]) -> Any:

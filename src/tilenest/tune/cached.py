@@ -196,8 +196,10 @@ def compile_winner(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any
     resolved = {**consts, **values}
     fn = kernel._function(tensors, key[0], resolved)
     exe = preparer(tgt)(fn, {**options, "plan": candidate.plan_record()})
-    exe.explanation = (f"tuned: winner from the tuning database ({candidate.label()}, "
-                       f"measured {seconds * 1e3:.4g} ms)\n"
-                       + measured_lines(tkey, candidate) + exe.explanation)
+    # Prepended, not concatenated: reading `exe.explanation` here would render the planner's
+    # explanation at every compile of a stored winner.
+    exe.prepend_explanation(f"tuned: winner from the tuning database ({candidate.label()}, "
+                            f"measured {seconds * 1e3:.4g} ms)\n"
+                            + measured_lines(tkey, candidate))
     exe.extras["tuned"] = (candidate, seconds)
     return CompiledKernel(kernel, (key[0], _consts_key(resolved)), exe, options)
