@@ -58,9 +58,9 @@ def timings(calls: int, rounds: int) -> None:
     import triton.language as tl
 
     import tilenest as tn
-    from tilenest.backends.cuda.launch import overlaps
     from tilenest.backends.cuda.launcher import direct_convention
     from tilenest.examples.softmax import softmax
+    from tilenest.runtime.spans import overlapping
     from tilenest.runtime.status import check_errors
 
     @tn.kernel
@@ -86,7 +86,7 @@ def timings(calls: int, rounds: int) -> None:
     ck = add.compile(x, y, z, target="cuda")
     exe = ck.executable.extras["executable"]
     ptrs = [x.data_ptr(), y.data_ptr(), z.data_ptr()]
-    aliased = overlaps(ptrs, exe.written, exe.spans)
+    aliased = overlapping(exe.alias_bounds, ptrs)
     rows = [
         ("torch.add(out=)", lambda: torch.add(x, y, out=z)),
         ("triton JIT add", lambda: triton_add[(4,)](x, y, z, n, BLOCK=1024)),
