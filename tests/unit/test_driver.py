@@ -293,6 +293,12 @@ def test_plain_call_with_the_same_constants_reuses_its_kernel(
     assert len(asked) == 2
     kern(x, y, BM=2, SCALE=3.0)
     np.testing.assert_allclose(y, x * 3.0 + 1.0, rtol=1e-6)
+    kern(x, y, BM=2, SCALE=3.0, target="cpu")  # a target named, the last call named none
+    assert len(asked) == 2
+    kern(x, y, BM=2, SCALE=3.0, target="cpu")  # the same target again: asked
+    assert len(asked) == 3
+    kern(x, y, BM=2, SCALE=3.0, target="reference")  # another target: the full path
+    assert len(asked) == 3
 
 
 def test_a_fast_path_that_launches_ends_the_call(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -123,8 +123,8 @@ class Kernel:
         # TILENEST_TUNE as they read then, its binder). A call with the tensors alone tries
         # that binder first while neither the cache nor those variables changed (they decide
         # which compiled kernel the full path would pick).
-        self._last: tuple[int, str | None, str | None, Callable[[tuple], bool], tuple] \
-            | None = None
+        self._last: tuple[int, str | None, str | None, Callable[[tuple], bool], tuple,
+                          str | None] | None = None
 
     def __repr__(self) -> str:
         return f"<tilenest kernel {self.name}>"
@@ -355,12 +355,12 @@ class Kernel:
         return register(self, name, mutates, **constants)
 
     def __call__(self, *args: Any, target: str | None = None, **kwargs: Any) -> None:
-        signature = None if target is not None else self._constants_signature(kwargs)
+        signature = self._constants_signature(kwargs)
         if signature is not None:
             last = self._last
             if (last is not None and last[0] == self._compiled.generation
-                    and last[4] == signature and last[1] == TARGET.raw()
-                    and last[2] == TUNE.raw() and last[3](args)):
+                    and last[4] == signature and last[5] == target
+                    and last[1] == TARGET.raw() and last[2] == TUNE.raw() and last[3](args)):
                 return
         options = take_options(kwargs)
         try:
@@ -368,7 +368,7 @@ class Kernel:
             compiled = self._prepare(tensors, key, consts, target, options)
             if signature is not None:
                 self._last = (self._compiled.generation, TARGET.raw(), TUNE.raw(),
-                              compiled.fast_path(), signature)
+                              compiled.fast_path(), signature, target)
             compiled.executable.run(tensors)
         except TileError as e:
             raise trimmed(e) from None
