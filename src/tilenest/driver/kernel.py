@@ -120,9 +120,10 @@ class Kernel:
         # compile that fixes an assignment the tunable search already planned reuses it.
         self._plans: dict[tuple, _Planned] = {}
         # The plain call's last compiled kernel: (cache generation, TILENEST_TARGET and
-        # TILENEST_TUNE as they read then, its binder). A call with the tensors alone tries
-        # that binder first while neither the cache nor those variables changed (they decide
-        # which compiled kernel the full path would pick).
+        # TILENEST_TUNE as they read then, its binder, the call's keyword constants, its
+        # target=). A call with the same constants and target tries that binder first while
+        # neither the cache nor those variables changed (they decide which compiled kernel
+        # the full path would pick).
         self._last: tuple[int, str | None, str | None, Callable[[tuple], bool], tuple,
                           str | None] | None = None
 
