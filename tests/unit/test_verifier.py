@@ -8,7 +8,9 @@ import pytest
 from ir_samples import SAMPLES, VALID_SAMPLES, FnBuilder, bool_, f32, i32, scalar, tile
 
 from tilenest.ir.core import Function, Op, Param, Region, Value
-from tilenest.ir.ops import OPS, OpDef, VerifyError
+from tilenest.ir.core import CATALOG
+from tilenest.ir.opdef import Defined
+from tilenest.ir.ops import VerifyError
 from tilenest.ir.types import INDEX, Dim, TileType
 from tilenest.ir.verify import verify
 
@@ -63,7 +65,7 @@ def test_valid_programs_verify(make: Callable[[], Function]) -> None:
 
 def test_valid_table_covers_every_op() -> None:
     seen = {op.name for make in VALID.values() for op in make().walk()}
-    assert set(OPS) - seen == set()
+    assert set(CATALOG) - seen == set()
 
 
 # ---------------------------------------------------------------------------- invalid
@@ -252,14 +254,14 @@ def param_not_a_tensor() -> Function:
     return f.build()
 
 
-@invalid("'index.const'", "an integer 'value'", "True")
+@invalid("'index.const'", "'value' to be an integer", "True")
 def index_const_bool() -> Function:
     f, *_ = base()
     f.index(True)
     return f.build()
 
 
-@invalid("'index.cmp'", "pred in")
+@invalid("'index.cmp'", "'pred' to be a predicate in")
 def index_cmp_bad_pred() -> Function:
     f, *_ = base()
     one = f.index(1)
@@ -295,7 +297,7 @@ def arange_rank_2() -> Function:
     return f.build()
 
 
-@invalid("'full'", "a scalar 'value'")
+@invalid("'full'", "'value' to be a scalar")
 def full_of_string() -> Function:
     f, m, n, x, t = base()
     f.full("1.0", t)
@@ -430,7 +432,7 @@ def stage_in_root() -> Function:
     return f.build()
 
 
-@invalid("'reduce'", "order in ('unordered_tree'", "'random'")
+@invalid("'reduce'", "'order' to be one of ('unordered_tree'", "'random'")
 def reduce_bad_order() -> Function:
     f, m, n, x, t = base()
     with f.nest("reduce", ((f.dim("r"), 4),), (x,), order="random") as (_, (_r, st)):
@@ -446,7 +448,7 @@ def reduce_without_order() -> Function:
     return f.build()
 
 
-@invalid("'pipeline'", "'window' >= 1", "0")
+@invalid("'pipeline'", "'window' to be an integer >= 1", "0")
 def pipeline_window_zero() -> Function:
     f, *_ = base()
     with f.nest("pipeline", ((f.dim("s"), 4),), window=0, interval=1):
@@ -470,7 +472,7 @@ def parallel_bad_policy() -> Function:
     return f.build()
 
 
-@invalid("'serial'", "domain entries (dim, extent >= 0)", "('s', 4)")
+@invalid("'serial'", "'domain' to be a tuple of (dim, extent >= 0)", "('s', 4)")
 def domain_entry_not_a_dim() -> Function:
     f, *_ = base()
     with f.nest("serial", (("s", 4),)):
@@ -478,7 +480,7 @@ def domain_entry_not_a_dim() -> Function:
     return f.build()
 
 
-@invalid("'serial'", "domain entries (dim, extent >= 0)")
+@invalid("'serial'", "'domain' to be a tuple of (dim, extent >= 0)")
 def domain_negative_extent() -> Function:
     f, *_ = base()
     with f.nest("serial", ((f.dim("s"), -1),)):
@@ -567,12 +569,19 @@ def test_invalid_table_ids_are_unique() -> None:
     assert len(ids) == len(set(ids))
 
 
-def test_rule_crash_becomes_verify_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    def crash(op: Op) -> None:
-        raise TypeError("boom")
+def test_rule_crash_becomes_verify_error() -> None:
+    class Crash(Defined):
+        __slots__ = ()
+        NAME = "test.crash"
 
-    monkeypatch.setitem(OPS, "test.crash", OpDef("test.crash", frozenset(), crash))
-    f, *_ = base()
-    f.op("test.crash")
-    with pytest.raises(VerifyError, match="'test.crash': expected well-formed .*TypeError: boom"):
-        verify(f.build())
+        def verify_op(self) -> None:
+            raise TypeError("boom")
+
+    try:
+        f, *_ = base()
+        f.op("test.crash")
+        with pytest.raises(VerifyError,
+                           match="'test.crash': expected well-formed .*TypeError: boom"):
+            verify(f.build())
+    finally:
+        del CATALOG["test.crash"]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from tilenest.ir.types import Dim, TensorType, ValueType
+
+CATALOG: dict[str, type[Op]] = {}
+"""Op classes by name, filled as `tilenest.ir.ops` defines them (see `tilenest.ir.opdef`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +71,22 @@ class Region:
 
 
 class Op:
-    """A generic op: name, operands, results, attributes, nested regions."""
+    """An op: name, operands, results, attributes, nested regions.
+
+    `Op(name, ...)` builds an instance of the catalog's class for `name` (`tilenest.ir.ops`),
+    which adds typed accessors and a verifier; a name outside the catalog gives a plain `Op`,
+    which only the verifier's "not in the catalog" rejection knows what to do with."""
 
     __slots__ = ("name", "operands", "results", "attrs", "regions", "loc", "parent")
+    NAME: ClassVar[str] = ""
+    TRAITS: ClassVar[frozenset[str]] = frozenset()
+
+    def __new__(cls, name: str, *args: Any, **kwargs: Any) -> Op:
+        if cls is Op:
+            cls = CATALOG.get(name, Op)
+        elif cls.NAME and name != cls.NAME:
+            raise ValueError(f"{cls.__name__} is the op '{cls.NAME}', not '{name}'")
+        return object.__new__(cls)
 
     def __init__(
         self,

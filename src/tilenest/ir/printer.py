@@ -1,6 +1,8 @@
 """The deterministic text form of TileIR (MLIR-like); `parser.py` reads it back.
 
-One generic syntax serves every op, so the parser needs no per-op grammar:
+One generic syntax serves every op, so the parser needs no per-op grammar (attributes are
+printed in the order the op's definition declares them; the parser builds each op as the
+class its name defines in the catalog):
 
     %3, %4 = name(%1, %2) {key = value, ...} : type3, type4 ^(%5: index) {
       ...
@@ -142,6 +144,14 @@ def format_loc(loc: SourceLoc) -> str:
 # ---------------------------------------------------------------------------- ops
 
 
+def _attr_items(op: Op) -> list[tuple[str, object]]:
+    """The op's attributes in the order its definition declares them; undeclared ones (only
+    invalid IR has them) follow, sorted."""
+    declared = getattr(type(op), "ATTRS", {})
+    first = [(k, op.attrs[k]) for k in declared if k in op.attrs]
+    return first + sorted((k, v) for k, v in op.attrs.items() if k not in declared)
+
+
 class _Printer:
     def __init__(self, fn: Function, with_locs: bool) -> None:
         self.fn = fn
@@ -158,7 +168,7 @@ class _Printer:
         if op.operands:
             head += "(" + ", ".join(n.value(v) for v in op.operands) + ")"
         if op.attrs:
-            head += " {" + _format_dict(sorted(op.attrs.items()), n) + "}"
+            head += " {" + _format_dict(_attr_items(op), n) + "}"
         if op.results:
             head += " : " + ", ".join(format_type(v.type, n) for v in op.results)
         if self.with_locs and op.loc is not None:

@@ -1,8 +1,9 @@
 """The TileIR verifier: the catalog's per-op rules plus function-wide structure.
 
-Per-op type rules live with each op in `ops.py`; this module owns what no single op can see:
-SSA scoping and dominance across nested regions, where `yield` may appear, what a `map` body
-may hold, how tensor params are used, and that every dim is declared by the function.
+Per-op rules live with each op's definition in `ops.py` (`op.verify()`); this module owns
+what no single op can see: SSA scoping and dominance across nested regions, where `yield`
+may appear, what a `map` body may hold, how tensor params are used, and that every dim is
+declared by the function.
 """
 
 from __future__ import annotations
@@ -10,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from tilenest.ir.core import Function, Op, Region, Value
-from tilenest.ir.ops import EFFECT, OPS, REGION, VerifyError, has_trait
+from tilenest.ir.opdef import Defined
+from tilenest.ir.ops import EFFECT, REGION, Map, Memory, VerifyError, Yield, has_trait
 from tilenest.ir.types import Dim, TensorType, TileType
-
-MEMORY_OPS = ("load", "store")
 
 # Malformed attributes or operands can make a catalog rule trip over Python itself; the
 # verifier's contract is to report those as VerifyError too, naming the op.
@@ -107,15 +107,14 @@ class _Checker:
         for pos, op in enumerate(region.ops):
             self._op(op, region, pos, owner, scope, in_map)
             scope.update(op.results)
-        if owner is not None and (not region.ops or region.ops[-1].name != "yield"):
+        if owner is not None and (not region.ops or not isinstance(region.ops[-1], Yield)):
             raise VerifyError(owner, "a body ending in 'yield'",
                               region.ops[-1].name if region.ops else "an empty body")
         self.path.pop()
 
     def _op(self, op: Op, region: Region, pos: int, owner: Op | None, scope: set[Value],
             in_map: bool) -> None:
-        opdef = OPS.get(op.name)
-        if opdef is None:
+        if not isinstance(op, Defined):
             raise VerifyError(op, "an op name in the catalog", repr(op.name))
         if op.parent is not region:
             raise VerifyError(op, "a parent link to its enclosing region", "a stale parent")
@@ -130,9 +129,9 @@ class _Checker:
             if isinstance(value, Dim | tuple | list):  # others hold no dims (ints, names)
                 self._check_dims(op, dims_in_attr(value))
         for r in op.regions:
-            self._region(r, op, frozenset(scope), in_map or op.name == "map")
+            self._region(r, op, frozenset(scope), in_map or isinstance(op, Map))
         try:
-            opdef.verify(op)
+            op.verify()
         except VerifyError:
             raise
         except _RULE_CRASHES as e:
@@ -140,7 +139,7 @@ class _Checker:
                               f"{type(e).__name__}: {e}") from e
 
     def _operand(self, op: Op, i: int, v: Value, scope: set[Value]) -> None:
-        memory_slot = op.name in MEMORY_OPS and i == 0
+        memory_slot = isinstance(op, Memory) and i == 0
         if v in self.params:
             if not memory_slot:
                 raise VerifyError(op, f"tensor param '{self.params[v]}' only as operand 0 "
@@ -161,7 +160,7 @@ class _Checker:
 
     def _placement(self, op: Op, region: Region, pos: int, owner: Op | None,
                    in_map: bool) -> None:
-        if op.name == "yield":
+        if isinstance(op, Yield):
             if owner is None:
                 raise VerifyError(op, "'yield' only inside a region-op body",
                                   "a yield in the function's root body")

@@ -1,0 +1,273 @@
+"""Declarative op definitions: operands, results, attributes and regions with typed accessors.
+
+An op kind is a subclass of `Op` that declares what it holds:
+
+    class Load(Op):
+        NAME = "load"
+        TRAITS = frozenset({EFFECT})
+        tensor = Operand(TENSOR)
+        indices = Operand(INDEX, variadic=True)
+        shape = Attr(SHAPE)
+        fill = Attr(SCALAR)
+        RESULTS = (TILE,)
+
+        def verify_op(self) -> None: ...   # what the declarations cannot say
+
+Declaring the class registers it in `CATALOG` under its NAME, and `Op(name, ...)` then builds
+an instance of it, so the capture, the parser and hand-built IR all get typed ops. The
+descriptors are the accessors (`op.tensor`, `op.indices`, `op.fill`); `verify()` checks the
+declarations (arity, operand and result kinds, attribute presence and types, no undeclared
+attributes) before the op's own `verify_op`. Backend registries key their rules on these
+classes, so a rule table can be checked against the whole catalog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from tilenest.errors import IRError
+from tilenest.ir.core import CATALOG, Op
+from tilenest.ir.types import Dim, IndexType, TensorType, TileType, ValueType
+
+
+class VerifyError(IRError):
+    """An op violates its definition: names the op, the expectation and the actual."""
+
+    def __init__(self, op: Op | None, expected: str, actual: str = "") -> None:
+        name = op.name if op is not None else "function"
+        msg = f"'{name}': expected {expected}"
+        if actual:
+            msg += f", got {actual}"
+        super().__init__(msg, loc=op.loc if op is not None else None)
+        self.op = op
+
+
+# ---------------------------------------------------------------------------- value kinds
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What an operand or result must be: a tile, an index, a tensor param, or any value."""
+
+    name: str
+    types: tuple[type, ...]
+
+    def holds(self, t: ValueType) -> bool:
+        return isinstance(t, self.types)
+
+
+TILE = Kind("a tile", (TileType,))
+INDEX = Kind("an index", (IndexType,))
+TENSOR = Kind("a tensor", (TensorType,))
+VALUE = Kind("a value", (TileType, IndexType))
+
+
+# ---------------------------------------------------------------------------- attribute types
+
+
+@dataclass(frozen=True)
+class AttrType:
+    """An attribute's type: its name in messages and docs and the check of a value."""
+
+    name: str
+    check: Callable[[object], bool]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_scalar(v: object) -> bool:
+    return isinstance(v, bool | int | float)
+
+
+def _is_extent_tuple(v: object) -> bool:
+    return isinstance(v, tuple) and all(e is None or _is_int(e) for e in v)
+
+
+def _is_domain(v: object) -> bool:
+    return isinstance(v, tuple) and all(
+        isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], Dim) and _is_int(e[1])
+        and e[1] >= 0
+        for e in v)
+
+
+def one_of(*choices: str) -> AttrType:
+    return AttrType(f"one of {choices}", lambda v: v in choices)
+
+
+INT = AttrType("an integer", _is_int)
+SCALAR = AttrType("a scalar (bool, int or float)", _is_scalar)
+STR = AttrType("a string", lambda v: isinstance(v, str))
+EXTENTS = AttrType("a tuple of extents or none", _is_extent_tuple)
+AXES = AttrType("a tuple of axes or none", _is_extent_tuple)
+DOMAIN = AttrType("a tuple of (dim, extent >= 0)", _is_domain)
+ANY_ATTR = AttrType("any value", lambda v: True)
+
+
+# ---------------------------------------------------------------------------- declarations
+
+
+class Operand:
+    """An operand slot; `variadic=True` takes every operand the fixed slots leave (one per op)."""
+
+    def __init__(self, kind: Kind, *, variadic: bool = False, doc: str = "") -> None:
+        self.kind = kind
+        self.variadic = variadic
+        self.doc = doc
+        self.name = ""
+        self.at: slice | int = 0   # resolved by the op class: an index or a slice
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, op: Op | None, owner: type) -> Any:
+        if op is None:
+            return self
+        return op.operands[self.at]
+
+
+class Attr:
+    """An attribute: `op.<name>` reads it; optional ones read `default` when absent. `key`
+    names the stored attribute when it differs from the accessor (`stage`'s 'name')."""
+
+    def __init__(self, type: AttrType, *, optional: bool = False, default: Any = None,
+                 key: str = "", doc: str = "") -> None:
+        self.type = type
+        self.optional = optional
+        self.default = default
+        self.doc = doc
+        self.name = key
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = self.name or name
+
+    def __get__(self, op: Op | None, owner: type) -> Any:
+        if op is None:
+            return self
+        return op.attrs.get(self.name, self.default)
+
+
+VARIADIC = "variadic"
+"""`RESULTS = VARIADIC`: any number of results (region ops with carries, `map`)."""
+
+
+def _operand_slots(cls: type) -> list[Operand]:
+    seen: dict[str, Operand] = {}
+    for klass in reversed(cls.__mro__):
+        for name, v in vars(klass).items():
+            if isinstance(v, Operand):
+                seen.pop(name, None)
+                seen[name] = v
+    return list(seen.values())
+
+
+def _attr_slots(cls: type) -> dict[str, Attr]:
+    seen: dict[str, Attr] = {}
+    for klass in reversed(cls.__mro__):
+        for name, v in vars(klass).items():
+            if isinstance(v, Attr):
+                seen[v.name] = v
+    return seen
+
+
+class Defined(Op):
+    """The base of every catalog op: declarations, registration and the generic verifier."""
+
+    __slots__ = ()
+    SUMMARY: ClassVar[str] = ""
+    RESULTS: ClassVar[tuple[Kind, ...] | str] = ()
+    REGIONS: ClassVar[int] = 0
+    OPERANDS: ClassVar[tuple[Operand, ...]] = ()
+    ATTRS: ClassVar[dict[str, Attr]] = {}
+    _FIXED: ClassVar[int] = 0
+    _VARIADIC: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        slots = _operand_slots(cls)
+        variadic = [i for i, s in enumerate(slots) if s.variadic]
+        if len(variadic) > 1:
+            raise TypeError(f"{cls.__name__}: at most one variadic operand")
+        after = len(slots) - 1 - variadic[0] if variadic else 0
+        for i, s in enumerate(slots):
+            if variadic and i == variadic[0]:
+                s_at: slice | int = slice(i, -after if after else None)
+            elif variadic and i > variadic[0]:
+                s_at = i - len(slots)
+            else:
+                s_at = i
+            if s.at != 0 and s.at != s_at:
+                raise TypeError(f"{cls.__name__}.{s.name}: an operand slot reused at "
+                                "another position; declare it on the op class")
+            s.at = s_at
+        cls.OPERANDS = tuple(slots)
+        cls.ATTRS = _attr_slots(cls)
+        cls._FIXED = len(slots) - len(variadic)
+        cls._VARIADIC = bool(variadic)
+        name = cls.__dict__.get("NAME")
+        if name:
+            if name in CATALOG:
+                raise TypeError(f"op {name!r} defined twice")
+            CATALOG[name] = cls
+
+    # ------------------------------------------------------------------ verification
+
+    def verify(self) -> None:
+        """Check the declarations, then the op's own rule (`verify_op`)."""
+        self._verify_arity()
+        self._verify_attrs()
+        self.verify_op()
+
+    def verify_op(self) -> None:
+        """The rules the declarations cannot state; overridden per op kind."""
+
+    def _verify_arity(self) -> None:
+        cls = type(self)
+        n = len(self.operands)
+        if not cls._VARIADIC and n != cls._FIXED:
+            raise VerifyError(self, f"{cls._FIXED} operands", str(n))
+        if n < cls._FIXED:
+            missing = next(s for i, s in enumerate(cls.OPERANDS) if i >= n and not s.variadic)
+            raise VerifyError(self, f"{missing.kind.name} as operand {n} ('{missing.name}')")
+        for slot in cls.OPERANDS:
+            at = slot.at
+            positions = range(n)[at] if isinstance(at, slice) else (at % n,)
+            for pos in positions:
+                t = self.operands[pos].type
+                if not slot.kind.holds(t):
+                    raise VerifyError(self, f"operand {pos} to be {slot.kind.name}", str(t))
+        if cls.RESULTS != VARIADIC:
+            if len(self.results) != len(cls.RESULTS):
+                raise VerifyError(self, f"{len(cls.RESULTS)} results", str(len(self.results)))
+            for i, (v, kind) in enumerate(zip(self.results, cls.RESULTS, strict=True)):
+                if not kind.holds(v.type):
+                    raise VerifyError(self, f"result {i} to be {kind.name}", str(v.type))
+        if len(self.regions) != cls.REGIONS:
+            raise VerifyError(self, f"{cls.REGIONS} regions", str(len(self.regions)))
+
+    def _verify_attrs(self) -> None:
+        declared = type(self).ATTRS
+        for key in self.attrs:
+            if key not in declared:
+                raise VerifyError(self, f"attributes among {sorted(declared)}", repr(key))
+        for key, attr in declared.items():
+            if key not in self.attrs:
+                if attr.optional:
+                    continue
+                raise VerifyError(self, f"attribute '{key}'", "none")
+            value = self.attrs[key]
+            if not (attr.optional and value is None) and not attr.type.check(value):
+                raise VerifyError(self, f"'{key}' to be {attr.type}", repr(value))
+
+
+def definition(name: str) -> type[Defined] | None:
+    """The op class named `name` in the catalog, or None."""
+    cls = CATALOG.get(name)
+    return cls if cls is not None and issubclass(cls, Defined) else None
+
