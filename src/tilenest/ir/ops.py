@@ -671,3 +671,18 @@ class Yield(Defined):
     RESULTS = ()
     values = Operand(VALUE, variadic=True)
 
+
+
+# ---------------------------------------------------------------------------- families
+
+INDEX_BINARY_OPS: tuple[type[Defined], ...] = (IndexAdd, IndexSub, IndexMul, IndexFloorDiv,
+                                               IndexMod, IndexMin, IndexMax)
+UNARY_OPS: tuple[type[Defined], ...] = (Neg, Abs, Not, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid)
+BINARY_OPS: tuple[type[Defined], ...] = (Add, Sub, Mul, Div, FloorDiv, Mod, Maximum, Minimum,
+                                         And, Or, Xor)
+COMPARE_OPS: tuple[type[Defined], ...] = (Eq, Ne, Lt, Le, Gt, Ge)
+
+
+def by_name(name: str) -> type[Defined]:
+    """The catalog class of the op called `name` (KeyError when there is none)."""
+    return CATALOG[name]  # type: ignore[return-value]

@@ -1,10 +1,11 @@
-"""The lowering table: one rule per TileIR op kind, registered with `@lowering(name)`."""
+"""The lowering table: one rule per TileIR op kind, registered with `@lowering(ops.Kind)`."""
 
 from __future__ import annotations
 
 from tilenest.backends.rule_table import RuleTable
+from tilenest.ir import ops
 
-TABLE = RuleTable("cpu", skipped=("yield",))
+TABLE = RuleTable("cpu", skipped=(ops.Yield,))
 lowering = TABLE.lowering
 lower_op = TABLE.lower_op
 lower_ops = TABLE.lower_ops

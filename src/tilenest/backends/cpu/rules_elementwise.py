@@ -13,8 +13,8 @@ from tilenest.backends.cpu import scalars as sc
 from tilenest.backends.cpu.emitter import Emitter, c64, recipe
 from tilenest.backends.cpu.reprs import Arr, Recipe, Tile
 from tilenest.backends.cpu.rules import lowering
+from tilenest.ir import ops
 from tilenest.ir.core import Op, Value
-from tilenest.ir.ops import BINARY_KINDS, COMPARISONS, UNARY_KINDS
 from tilenest.ir.types import TileType
 
 # Consumers that read each operand element more than once: never fuse into them.
@@ -40,7 +40,7 @@ def _tile_type(v: Value) -> TileType:
     return t
 
 
-@lowering("full")
+@lowering(ops.Full)
 def _full(em: Emitter, op: Op) -> None:
     t = _tile_type(op.result)
     value = sc.const(t.dtype, op.attrs["value"])
@@ -58,7 +58,7 @@ def _full(em: Emitter, op: Op) -> None:
     em.env[op.result] = Recipe(t.dtype, t.shape, True, lambda b, c, lane: value)
 
 
-@lowering("arange")
+@lowering(ops.Arange)
 def _arange(em: Emitter, op: Op) -> None:
     t = _tile_type(op.result)
     from tilenest.ir.dtypes import i64
@@ -100,27 +100,27 @@ def _unary_rule(name: str):
     return rule
 
 
-for _n in BINARY_KINDS:
-    lowering(_n)(_binary_rule(_n))
-for _n in COMPARISONS:
-    lowering(_n)(_compare_rule(_n))
-for _n in UNARY_KINDS:
-    lowering(_n)(_unary_rule(_n))
+for _k in ops.BINARY_OPS:
+    lowering(_k)(_binary_rule(_k.NAME))
+for _k in ops.COMPARE_OPS:
+    lowering(_k)(_compare_rule(_k.NAME))
+for _k in ops.UNARY_OPS:
+    lowering(_k)(_unary_rule(_k.NAME))
 
 
-@lowering("where")
+@lowering(ops.Where)
 def _where(em: Emitter, op: Op) -> None:
     _elementwise(em, op, lambda b, xs: b.select(xs[0], xs[1], xs[2]))
 
 
-@lowering("cast")
+@lowering(ops.Cast)
 def _cast(em: Emitter, op: Op) -> None:
     src = _tile_type(op.operands[0]).dtype
     dst = _tile_type(op.result).dtype
     _elementwise(em, op, lambda b, xs: sc.cast(b, src, dst, xs[0]))
 
 
-@lowering("broadcast")
+@lowering(ops.Broadcast)
 def _broadcast(em: Emitter, op: Op) -> None:
     x = em.tile(op.operands[0])
     src_t, dst_t = _tile_type(op.operands[0]), _tile_type(op.result)
@@ -152,7 +152,7 @@ def _clamp(em: Emitter, i: ir.Value, extent: int, what: str) -> ir.Value:
     return b.select(bad, c64(0), i)
 
 
-@lowering("extract")
+@lowering(ops.Extract)
 def _extract(em: Emitter, op: Op) -> None:
     x = em.tile(op.operands[0])
     t = _tile_type(op.operands[0])
@@ -176,7 +176,7 @@ def _extract(em: Emitter, op: Op) -> None:
                                        owner=op.result)
 
 
-@lowering("take")
+@lowering(ops.Take)
 def _take(em: Emitter, op: Op) -> None:
     x = em.tile(op.operands[0])
     i = em.idx(op.operands[1])

@@ -8,6 +8,7 @@ from tilenest.backends.cpu import scalars as sc
 from tilenest.backends.cpu.emitter import Emitter, c64
 from tilenest.backends.cpu.reprs import Idx, Recipe
 from tilenest.backends.cpu.rules import lowering
+from tilenest.ir import ops
 from tilenest.ir.core import Op
 
 I64 = sc.I64
@@ -28,38 +29,38 @@ def _combine(a: Idx, b: Idx, fn) -> tuple[int | None, int | None]:
     return min(corners), max(corners)
 
 
-@lowering("index.const")
+@lowering(ops.IndexConst)
 def _const(em: Emitter, op: Op) -> None:
     v = op.attrs["value"]
     em.env[op.result] = Idx(c64(v), True, v, v)
 
 
-@lowering("index.add")
+@lowering(ops.IndexAdd)
 def _add(em: Emitter, op: Op) -> None:
     a, b, x, y, u = _operands(em, op)
     em.env[op.result] = Idx(em.b.add(x, y), u, *_combine(a, b, lambda p, q: p + q))
 
 
-@lowering("index.sub")
+@lowering(ops.IndexSub)
 def _sub(em: Emitter, op: Op) -> None:
     a, b, x, y, u = _operands(em, op)
     em.env[op.result] = Idx(em.b.sub(x, y), u, *_combine(a, b, lambda p, q: p - q))
 
 
-@lowering("index.mul")
+@lowering(ops.IndexMul)
 def _mul(em: Emitter, op: Op) -> None:
     a, b, x, y, u = _operands(em, op)
     em.env[op.result] = Idx(em.b.mul(x, y), u, *_combine(a, b, lambda p, q: p * q))
 
 
-@lowering("index.min")
+@lowering(ops.IndexMin)
 def _min(em: Emitter, op: Op) -> None:
     a, b, x, y, u = _operands(em, op)
     v = em.b.select(em.b.icmp_signed("<=", x, y), x, y)
     em.env[op.result] = Idx(v, u, *_combine(a, b, min))
 
 
-@lowering("index.max")
+@lowering(ops.IndexMax)
 def _max(em: Emitter, op: Op) -> None:
     a, b, x, y, u = _operands(em, op)
     v = em.b.select(em.b.icmp_signed(">=", x, y), x, y)
@@ -79,7 +80,7 @@ def _divisor(em: Emitter, y: ir.Value) -> ir.Value:
     return b.select(zero, _const_like(y, 1), y)
 
 
-@lowering("index.floordiv")
+@lowering(ops.IndexFloorDiv)
 def _floordiv(em: Emitter, op: Op) -> None:
     a, bi, x, y, u = _operands(em, op)
     q, _ = sc.floor_divmod(em.b, x, _divisor(em, y))
@@ -89,7 +90,7 @@ def _floordiv(em: Emitter, op: Op) -> None:
     em.env[op.result] = Idx(q, u, lo, hi)
 
 
-@lowering("index.mod")
+@lowering(ops.IndexMod)
 def _mod(em: Emitter, op: Op) -> None:
     a, bi, x, y, u = _operands(em, op)
     _, r = sc.floor_divmod(em.b, x, _divisor(em, y))
@@ -101,7 +102,7 @@ def _mod(em: Emitter, op: Op) -> None:
     em.env[op.result] = Idx(r, u, lo, hi)
 
 
-@lowering("index.cmp")
+@lowering(ops.IndexCmp)
 def _cmp(em: Emitter, op: Op) -> None:
     a, b = em.idx(op.operands[0]), em.idx(op.operands[1])
     pred = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[
@@ -114,7 +115,7 @@ def _cmp(em: Emitter, op: Op) -> None:
     em.env[op.result] = Recipe(t.dtype, (), a.uniform and b.uniform, emit)
 
 
-@lowering("index.to_tile")
+@lowering(ops.IndexToTile)
 def _to_tile(em: Emitter, op: Op) -> None:
     a = em.idx(op.operands[0])
     dtype = op.result.type.dtype

@@ -15,6 +15,7 @@ from tilenest.backends.cpu.caches import last_level_cache_bytes
 from tilenest.backends.cpu.emitter import Emitter, c64
 from tilenest.backends.cpu.reprs import Arr, Idx, Tile
 from tilenest.backends.cpu.rules import lowering
+from tilenest.ir import ops
 from tilenest.ir.core import Op
 from tilenest.ir.types import TensorType, TileType
 
@@ -107,7 +108,7 @@ class Region:
             em.for_range(em.lanes, fn, unroll=False, name="lane")
 
 
-@lowering("load")
+@lowering(ops.Load)
 def _load(em: Emitter, op: Op) -> None:
     region = Region(em, op, [em.idx(v) for v in op.operands[1:]])
     t = op.result.type
@@ -140,7 +141,7 @@ def _load(em: Emitter, op: Op) -> None:
     em.env[op.result] = dst
 
 
-@lowering("store")
+@lowering(ops.Store)
 def _store(em: Emitter, op: Op) -> None:
     tensor_t = op.operands[0].type
     assert isinstance(tensor_t, TensorType)

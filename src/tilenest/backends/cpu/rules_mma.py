@@ -19,6 +19,7 @@ from tilenest.backends.cpu.emitter import Emitter
 from tilenest.backends.cpu.microkernel import Microkernel, register_block
 from tilenest.backends.cpu.reprs import Arr, Recipe, Tile
 from tilenest.backends.cpu.rules import lowering
+from tilenest.ir import ops
 from tilenest.ir.core import Op
 from tilenest.ir.dtypes import DType, accumulation_type
 from tilenest.ir.ops import mma_roles
@@ -56,7 +57,7 @@ def _mul_add(em: Emitter, work: DType, c: ir.Value, a: ir.Value, b_: ir.Value) -
     return b.add(c, b.mul(a, b_))
 
 
-@lowering("mma")
+@lowering(ops.Mma)
 def _mma(em: Emitter, op: Op) -> None:
     ta, tb, tc = (v.type for v in op.operands)
     assert isinstance(ta, TileType) and isinstance(tb, TileType) and isinstance(tc, TileType)

@@ -23,6 +23,7 @@ from tilenest.backends.cpu.emitter import Emitter, c64
 from tilenest.backends.cpu.reprs import Arr, Idx, Recipe, Tile
 from tilenest.backends.cpu.rules import lower_op, lowering
 from tilenest.backends.cpu.rules_regions import ordered_loop
+from tilenest.ir import ops
 from tilenest.ir.core import Op, Value
 from tilenest.ir.types import TileType
 
@@ -389,7 +390,7 @@ class _Partitions:
                                          contribution.load(b, c, lane))))
 
 
-@lowering("reduce")
+@lowering(ops.Reduce)
 def _reduce(em: Emitter, op: Op) -> None:
     order = op.attrs["order"]
     if order in ("fold_left", "fold_right"):

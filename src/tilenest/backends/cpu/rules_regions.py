@@ -13,16 +13,17 @@ from tilenest.backends.cpu.carries import Carries, domain_loop
 from tilenest.backends.cpu.emitter import Emitter
 from tilenest.backends.cpu.reprs import Idx, Recipe
 from tilenest.backends.cpu.rules import lower_ops, lowering
+from tilenest.ir import ops
 from tilenest.ir.core import Op
 from tilenest.ir.types import TileType
 
 
-@lowering("stage")
+@lowering(ops.Stage)
 def _stage(em: Emitter, op: Op) -> None:
     return None
 
 
-@lowering("parallel")
+@lowering(ops.Parallel)
 def _parallel(em: Emitter, op: Op) -> None:
     body = op.body
 
@@ -56,7 +57,7 @@ def ordered_loop(em: Emitter, op: Op, reverse: bool = False) -> None:
         em.env[op.results[pos]] = arr
 
 
-@lowering("serial", "pipeline")
+@lowering(ops.Serial, ops.Pipeline)
 def _serial(em: Emitter, op: Op) -> None:
     ordered_loop(em, op)
 
@@ -82,7 +83,7 @@ def _element(em: Emitter, op: Op, ins: list, coords: list[ir.Value],
     return [em.tile(v).load(b, [], None) for v in term.operands]
 
 
-@lowering("map")
+@lowering(ops.Map)
 def _map(em: Emitter, op: Op) -> None:
     """One loop over the layout; the scalar body is emitted inside it for each element."""
     ins = [em.tile(v) for v in op.operands]

@@ -15,6 +15,7 @@ from tilenest.analysis.tile_ranges import decided_masks
 from tilenest.backends.cuda.emitter import Block, Emitter, tl_dtype
 from tilenest.backends.cuda.rules import lowering
 from tilenest.errors import BackendError
+from tilenest.ir import ops
 from tilenest.ir.core import Op
 from tilenest.ir.dtypes import DType
 from tilenest.ir.types import TileType
@@ -60,13 +61,13 @@ _ARITH = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})",
           "and": "({} & {})", "or": "({} | {})", "xor": "({} ^ {})"}
 
 
-@lowering(*_ARITH)
+@lowering(*map(ops.by_name, _ARITH))
 def _arith(em: Emitter, op: Op) -> None:
     a, b = em.block(op.operands[0]), em.block(op.operands[1])
     _result(em, op, _ARITH[op.name].format(a.name, b.name), a, b)
 
 
-@lowering("div")
+@lowering(ops.Div)
 def _div(em: Emitter, op: Op) -> None:
     a, b = em.block(op.operands[0]), em.block(op.operands[1])
     if a.dtype.name == "f64":
@@ -76,7 +77,7 @@ def _div(em: Emitter, op: Op) -> None:
     _result(em, op, expr, a, b)
 
 
-@lowering("floordiv", "mod")
+@lowering(ops.FloorDiv, ops.Mod)
 def _floordiv(em: Emitter, op: Op) -> None:
     a, b = em.block(op.operands[0]), em.block(op.operands[1])
     if a.dtype.is_float:
@@ -87,13 +88,13 @@ def _floordiv(em: Emitter, op: Op) -> None:
     _result(em, op, expr, a, b)
 
 
-@lowering("maximum", "minimum")
+@lowering(ops.Maximum, ops.Minimum)
 def _minmax(em: Emitter, op: Op) -> None:
     a, b = em.block(op.operands[0]), em.block(op.operands[1])
     _result(em, op, f"{combine_helper(op.name, a.dtype)}({a.name}, {b.name})", a, b)
 
 
-@lowering("neg", "abs", "not")
+@lowering(ops.Neg, ops.Abs, ops.Not)
 def _exact_unary(em: Emitter, op: Op) -> None:
     a = em.block(op.operands[0])
     if op.name == "neg":  # Triton's unary minus is 0 - x: +0.0 for x = +0.0
@@ -108,7 +109,7 @@ def _exact_unary(em: Emitter, op: Op) -> None:
 MATH = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid")
 
 
-@lowering(*MATH)
+@lowering(*map(ops.by_name, MATH))
 def _math(em: Emitter, op: Op) -> None:
     a = em.block(op.operands[0])
     _result(em, op, _in_f32(a.dtype, f"tn_{op.name}" + "({})", a.name), a)
@@ -117,7 +118,7 @@ def _math(em: Emitter, op: Op) -> None:
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
-@lowering(*_CMP)
+@lowering(*map(ops.by_name, _CMP))
 def _compare(em: Emitter, op: Op) -> None:
     a, b = em.block(op.operands[0]), em.block(op.operands[1])
     decided = decided_masks(em.fn).get(op.result)
@@ -128,7 +129,7 @@ def _compare(em: Emitter, op: Op) -> None:
     _result(em, op, f"({a.name} {_CMP[op.name]} {b.name})", a, b)
 
 
-@lowering("where")
+@lowering(ops.Where)
 def _where(em: Emitter, op: Op) -> None:
     c, a, b = (em.block(v) for v in op.operands)
     decided = decided_masks(em.fn).get(op.operands[0])
@@ -168,7 +169,7 @@ def _float_to_int(em: Emitter, a: Block, dtype: DType) -> str:
     return f"tl.where({above}, {_int_literal(hi, dtype)}, {clamped})"
 
 
-@lowering("cast")
+@lowering(ops.Cast)
 def _cast(em: Emitter, op: Op) -> None:
     a = em.block(op.operands[0])
     t = op.result.type

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from tilenest.backends.cuda.emitter import Emitter, Idx, const_idx, tl_dtype
 from tilenest.backends.cuda.rules import lowering
+from tilenest.ir import ops
 from tilenest.ir.core import Op
 from tilenest.ir.types import TileType
 
@@ -30,7 +31,7 @@ def _set(em: Emitter, op: Op, expr: str, lo: int | None, hi: int | None) -> None
     em.env[op.result] = Idx(em.assign(expr, "i"), lo, hi)
 
 
-@lowering("index.const")
+@lowering(ops.IndexConst)
 def _const(em: Emitter, op: Op) -> None:
     em.env[op.result] = const_idx(op.attrs["value"])
 
@@ -44,7 +45,7 @@ _SIMPLE: dict[str, tuple[str, Callable[[int, int], int]]] = {
 }
 
 
-@lowering(*_SIMPLE)
+@lowering(*map(ops.by_name, _SIMPLE))
 def _simple(em: Emitter, op: Op) -> None:
     a, b = em.idx(op.operands[0]), em.idx(op.operands[1])
     template, fn = _SIMPLE[op.name]
@@ -70,7 +71,7 @@ def _floor_bounds(a: Idx, b: Idx, name: str) -> tuple[int | None, int | None]:
     return None, None
 
 
-@lowering("index.floordiv", "index.mod")
+@lowering(ops.IndexFloorDiv, ops.IndexMod)
 def _floor(em: Emitter, op: Op) -> None:
     a, b = em.idx(op.operands[0]), em.idx(op.operands[1])
     py = (lambda x, y: x // y) if op.name == "index.floordiv" else (lambda x, y: x % y)
@@ -94,7 +95,7 @@ def _floor(em: Emitter, op: Op) -> None:
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
-@lowering("index.cmp")
+@lowering(ops.IndexCmp)
 def _cmp(em: Emitter, op: Op) -> None:
     a, b = em.idx(op.operands[0]), em.idx(op.operands[1])
     sym = _CMP[op.attrs["pred"]]
@@ -106,7 +107,7 @@ def _cmp(em: Emitter, op: Op) -> None:
     em.bind(op.result, f"({x} {sym} {b.expr})", "c", ())
 
 
-@lowering("index.to_tile")
+@lowering(ops.IndexToTile)
 def _to_tile(em: Emitter, op: Op) -> None:
     a = em.idx(op.operands[0])
     t = op.result.type

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from tilenest.backends.cuda.emitter import Block, Emitter, Idx
 from tilenest.backends.cuda.rules import lowering
 from tilenest.backends.cuda.rules_tile import literal
+from tilenest.ir import ops
 from tilenest.ir.core import Op
 from tilenest.ir.types import TensorType, TileType
 
@@ -105,7 +106,7 @@ def _origins(em: Emitter, op: Op, first: int, rank: int) -> list[Idx]:
     return [em.idx(v) for v in op.operands[first:first + rank]]
 
 
-@lowering("load")
+@lowering(ops.Load)
 def _load(em: Emitter, op: Op) -> None:
     tensor = em.tensor_type(op.operands[0])
     tile = op.result.type
@@ -120,7 +121,7 @@ def _load(em: Emitter, op: Op) -> None:
             acc.padded)
 
 
-@lowering("store")
+@lowering(ops.Store)
 def _store(em: Emitter, op: Op) -> None:
     tensor = em.tensor_type(op.operands[0])
     assert isinstance(tensor, TensorType)

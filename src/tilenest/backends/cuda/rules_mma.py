@@ -18,6 +18,7 @@ from __future__ import annotations
 from tilenest.backends.cuda.emitter import Block, Emitter, tl_dtype
 from tilenest.backends.cuda.rules import lowering
 from tilenest.errors import BackendError
+from tilenest.ir import ops
 from tilenest.ir.core import Op
 from tilenest.ir.ops import mma_roles
 from tilenest.ir.types import Dim, TileType
@@ -41,7 +42,7 @@ def _zero_k(em: Emitter, name: str, x: Block, k: Dim, axis_after: int, rank: int
     return em.assign(f"tl.where({ar} < {extent}, {name}, 0.0)", "mz")
 
 
-@lowering("mma")
+@lowering(ops.Mma)
 def _mma(em: Emitter, op: Op) -> None:
     a, b, acc = (em.block(v) for v in op.operands)
     ta, tb, tc = a.type, b.type, acc.type

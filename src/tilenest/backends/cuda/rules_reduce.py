@@ -28,6 +28,7 @@ from tilenest.backends.cuda.rules_elementwise import combine_helper, tree_helper
 from tilenest.backends.cuda.rules_regions import carried_loop
 from tilenest.backends.cuda.rules_tile import negative_zero
 from tilenest.errors import BackendError
+from tilenest.ir import ops
 from tilenest.ir.core import Op, Value
 from tilenest.ir.dtypes import DType
 from tilenest.ir.types import TileType
@@ -100,7 +101,7 @@ def _axis_shape(op: Op, closed: dict[int, ClosedState]
     return source, 0, state
 
 
-@lowering("reduce")
+@lowering(ops.Reduce)
 def _reduce(em: Emitter, op: Op) -> None:
     order = op.attrs["order"]
     closed = closed_states(op)

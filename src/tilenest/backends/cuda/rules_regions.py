@@ -16,6 +16,7 @@ from tilenest.backends.cuda.emitter import Block, Emitter, Idx
 from tilenest.backends.cuda.ordering import region_has_barrier
 from tilenest.backends.cuda.rules import lower_ops, lowering
 from tilenest.backends.cuda.splitk import emit_combine, emit_partial
+from tilenest.ir import ops
 from tilenest.ir.core import Op
 from tilenest.ir.types import TileType
 
@@ -113,7 +114,7 @@ def _distinct_copy(b: Block) -> str:
     return f"({b.name} + 0)"
 
 
-@lowering("serial", "pipeline")
+@lowering(ops.Serial, ops.Pipeline)
 def _loop(em: Emitter, op: Op) -> None:
     # A barrier inside the body orders its accesses; prefetching loads past it would not.
     ordered = region_has_barrier(op.body, em.barriers)
@@ -129,12 +130,12 @@ def _loop(em: Emitter, op: Op) -> None:
     carried_loop(em, op, stages=stages)
 
 
-@lowering("parallel")
+@lowering(ops.Parallel)
 def _nested_parallel(em: Emitter, op: Op) -> None:
     carried_loop(em, op, stages=1)
 
 
-@lowering("map")
+@lowering(ops.Map)
 def _map(em: Emitter, op: Op) -> None:
     args = [em.block(v) for v in op.operands]
     for arg, b in zip(op.body.args, args, strict=True):

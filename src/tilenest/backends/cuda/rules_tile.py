@@ -12,6 +12,7 @@ import math
 
 from tilenest.backends.cuda.emitter import Block, Emitter, Idx, tl_dtype
 from tilenest.backends.cuda.rules import lowering
+from tilenest.ir import ops
 from tilenest.ir.core import Op
 from tilenest.ir.dtypes import DType
 from tilenest.ir.types import TileType
@@ -56,7 +57,7 @@ def shape_text(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(e) for e in shape) + "]"
 
 
-@lowering("full")
+@lowering(ops.Full)
 def _full(em: Emitter, op: Op) -> None:
     t = op.result.type
     assert isinstance(t, TileType)
@@ -64,7 +65,7 @@ def _full(em: Emitter, op: Op) -> None:
     em.bind(op.result, full_expr(shape_text(shape), op.attrs["value"], t.dtype), "f", shape)
 
 
-@lowering("arange")
+@lowering(ops.Arange)
 def _arange(em: Emitter, op: Op) -> None:
     t = op.result.type
     assert isinstance(t, TileType)
@@ -108,7 +109,7 @@ def _range_check(em: Emitter, i: Idx, n: int, op: Op, what: str) -> None:
                   op)
 
 
-@lowering("extract")
+@lowering(ops.Extract)
 def _extract(em: Emitter, op: Op) -> None:
     x = em.block(op.operands[0])
     if x.type.rank == 0:
@@ -123,7 +124,7 @@ def _extract(em: Emitter, op: Op) -> None:
     em.bind(op.result, select_fold(em, x, mask, None), "x", ())
 
 
-@lowering("take")
+@lowering(ops.Take)
 def _take(em: Emitter, op: Op) -> None:
     x = em.block(op.operands[0])
     axis = op.attrs["axis"]
@@ -134,7 +135,7 @@ def _take(em: Emitter, op: Op) -> None:
     em.bind(op.result, select_fold(em, x, mask, axis), "x", out)
 
 
-@lowering("broadcast")
+@lowering(ops.Broadcast)
 def _broadcast(em: Emitter, op: Op) -> None:
     x = em.block(op.operands[0])
     dst = op.result.type

@@ -65,7 +65,7 @@ class Interpreter:
             if override is not None:
                 results = override(operands)
             else:
-                rule = EVAL_RULES.get(op.name)
+                rule = EVAL_RULES.get(type(op))
                 if rule is None:
                     raise BackendError(f"the reference interpreter has no rule for op "
                                        f"'{op.name}'", loc=op.loc)

@@ -1,4 +1,4 @@
-"""The table of evaluation rules of the reference interpreter, one per op name."""
+"""The table of evaluation rules of the reference interpreter, one per op class."""
 
 from __future__ import annotations
 
@@ -13,17 +13,20 @@ if TYPE_CHECKING:
 EvalRule = Callable[["Interpreter", Op, list[Any]], Sequence[Any]]
 """(interpreter, op, operand values) → result values, one per op result."""
 
-EVAL_RULES: dict[str, EvalRule] = {}
+EVAL_RULES: dict[type[Op], EvalRule] = {}
 
 
-def register_eval(*names: str) -> Callable[[EvalRule], EvalRule]:
-    """Attach one evaluation rule to the given op names."""
+def register_eval(*kinds: type[Op]) -> Callable[[EvalRule], EvalRule]:
+    """Attach one evaluation rule to the given op classes."""
+    for k in kinds:
+        if not (isinstance(k, type) and issubclass(k, Op) and k.NAME):
+            raise TypeError(f"reference rule: {k!r} is not a catalog op class")
 
     def deco(rule: EvalRule) -> EvalRule:
-        for name in names:
-            if name in EVAL_RULES:
-                raise ValueError(f"duplicate evaluation rule for '{name}'")
-            EVAL_RULES[name] = rule
+        for k in kinds:
+            if k in EVAL_RULES:
+                raise ValueError(f"duplicate evaluation rule for '{k.NAME}'")
+            EVAL_RULES[k] = rule
         return rule
 
     return deco

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tilenest.backends.reference.registry import register_eval
+from tilenest.ir import ops
 from tilenest.ir.core import Op
 from tilenest.ir.dtypes import DType
 from tilenest.ir.types import TileType
@@ -144,19 +145,21 @@ def _compare_rule(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     return [np.asarray(COMPARE[op.name](a, b), dtype=np.bool_)]
 
 
-register_eval(*BINARY)(_binary_rule)
-register_eval(*EXACT_UNARY)(_exact_unary_rule)
-register_eval(*MATH_UNARY)(_math_unary_rule)
-register_eval(*COMPARE)(_compare_rule)
+# The tables above are keyed by op name (reductions combine by name too); their rules are
+# registered for the op classes those names define.
+register_eval(*map(ops.by_name, BINARY))(_binary_rule)
+register_eval(*map(ops.by_name, EXACT_UNARY))(_exact_unary_rule)
+register_eval(*map(ops.by_name, MATH_UNARY))(_math_unary_rule)
+register_eval(*map(ops.by_name, COMPARE))(_compare_rule)
 
 
-@register_eval("where")
+@register_eval(ops.Where)
 def _where(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     cond, a, b = operands
     return [ctx.num.finish(np.where(cond, a, b), result_dtype(op))]
 
 
-@register_eval("cast")
+@register_eval(ops.Cast)
 def _cast(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     src = op.operands[0].type
     assert isinstance(src, TileType)

@@ -9,6 +9,7 @@ import numpy as np
 from tilenest.backends.reference.memory import TensorArg, clip_region
 from tilenest.backends.reference.registry import register_eval
 from tilenest.errors import ArgumentError
+from tilenest.ir import ops
 from tilenest.ir.core import Op
 from tilenest.ir.types import TileType
 
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from tilenest.backends.reference.interpreter import Interpreter
 
 
-@register_eval("load")
+@register_eval(ops.Load)
 def _load(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     tensor: TensorArg = operands[0]
     origins: list[int] = operands[1:]
@@ -35,7 +36,7 @@ def _load(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     return [out]
 
 
-@register_eval("store")
+@register_eval(ops.Store)
 def _store(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     tensor: TensorArg = operands[0]
     origins: list[int] = operands[1:-1]

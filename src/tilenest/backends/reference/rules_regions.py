@@ -21,6 +21,7 @@ from tilenest.backends.reference.reduction import (
 )
 from tilenest.backends.reference.registry import register_eval
 from tilenest.backends.reference.rules_elementwise import apply_binary
+from tilenest.ir import ops
 from tilenest.ir.core import Op
 from tilenest.ir.ops import ELEMENTWISE, has_trait
 from tilenest.ir.types import TileType
@@ -53,7 +54,7 @@ def sample_instances(extents: tuple[int, ...], k: int, rng: np.random.Generator)
     return sorted(list(chosen)[:k])  # corners first, then the spaced ones, then random
 
 
-@register_eval("parallel")
+@register_eval(ops.Parallel)
 def _parallel(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     """Independent instances, run one at a time in the order the run asks for."""
     extents = domain_extents(op)
@@ -80,7 +81,7 @@ def _parallel(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     return []
 
 
-@register_eval("serial", "pipeline")
+@register_eval(ops.Serial, ops.Pipeline)
 def _ordered_loop(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     """A totally ordered loop; pipeline window/interval are scheduling hints only."""
     carries = list(operands)
@@ -89,7 +90,7 @@ def _ordered_loop(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     return carries
 
 
-@register_eval("stage")
+@register_eval(ops.Stage)
 def _stage(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     return []
 
@@ -101,7 +102,7 @@ def _closed_states(ctx: Interpreter, op: Op) -> dict[int, ClosedState]:
     return ctx.memo[key]
 
 
-@register_eval("reduce")
+@register_eval(ops.Reduce)
 def _reduce(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     """Strict folds keep (reverse) lexicographic order; tree contracts regroup closed states."""
     contract = op.attrs.get("order", "unordered_tree")
@@ -165,7 +166,7 @@ def _vectorizable(op: Op) -> bool:
     )
 
 
-@register_eval("map")
+@register_eval(ops.Map)
 def _map(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     """A scalar body lifted over tiles of one layout: evaluated on whole arrays when every
     body op is elementwise, element by element otherwise."""

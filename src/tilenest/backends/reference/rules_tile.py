@@ -9,6 +9,7 @@ import numpy as np
 
 from tilenest.backends.reference.registry import register_eval
 from tilenest.errors import BackendError
+from tilenest.ir import ops
 from tilenest.ir.core import Op
 from tilenest.ir.dtypes import accumulation_type, i64
 from tilenest.ir.ops import mma_roles
@@ -61,7 +62,7 @@ INDEX_COMPARE: dict[str, Callable[[int, int], bool]] = {
 }
 
 
-@register_eval(*INDEX_BINARY)
+@register_eval(*map(ops.by_name, INDEX_BINARY))
 def _index_binary(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     a, b = operands
     try:
@@ -70,18 +71,18 @@ def _index_binary(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
         raise BackendError(f"'{op.name}' by zero ({a}, {b})", loc=op.loc) from None
 
 
-@register_eval("index.const")
+@register_eval(ops.IndexConst)
 def _index_const(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     return [int(op.attrs["value"])]
 
 
-@register_eval("index.cmp")
+@register_eval(ops.IndexCmp)
 def _index_cmp(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     a, b = operands
     return [np.array(INDEX_COMPARE[op.attrs["pred"]](a, b))]
 
 
-@register_eval("index.to_tile")
+@register_eval(ops.IndexToTile)
 def _index_to_tile(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     return [ctx.num.scalar(operands[0], _tile_type(op).dtype)]
 
@@ -89,20 +90,20 @@ def _index_to_tile(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
 # ---------------------------------------------------------------------------- tile values
 
 
-@register_eval("full")
+@register_eval(ops.Full)
 def _full(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     t = _tile_type(op)
     value = ctx.num.scalar(op.attrs["value"], t.dtype)
     return [np.broadcast_to(value, t.shape).copy()]
 
 
-@register_eval("arange")
+@register_eval(ops.Arange)
 def _arange(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     t = _tile_type(op)
     return [ctx.num.cast(np.arange(t.shape[0], dtype=np.int64), i64, t.dtype)]
 
 
-@register_eval("broadcast")
+@register_eval(ops.Broadcast)
 def _broadcast(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     x = np.asarray(operands[0])
     t = _tile_type(op)
@@ -115,7 +116,7 @@ def _broadcast(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     return [np.broadcast_to(y, t.shape).copy()]
 
 
-@register_eval("extract")
+@register_eval(ops.Extract)
 def _extract(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     x, *idx = operands
     for axis, (i, n) in enumerate(zip(idx, x.shape, strict=True)):
@@ -125,7 +126,7 @@ def _extract(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     return [np.array(x[tuple(idx)])]
 
 
-@register_eval("take")
+@register_eval(ops.Take)
 def _take(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     x, i = operands
     axis: int = op.attrs["axis"]
@@ -147,7 +148,7 @@ def _to_layout(x: np.ndarray, t: TileType, groups: list[list[Dim]]) -> np.ndarra
     return y.reshape(sizes)
 
 
-@register_eval("mma")
+@register_eval(ops.Mma)
 def _mma(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     """acc + a @ b: products and sums in the accumulation type, k ascending, no FMA."""
     a, b, acc = operands
