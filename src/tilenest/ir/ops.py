@@ -681,6 +681,10 @@ UNARY_OPS: tuple[type[Defined], ...] = (Neg, Abs, Not, Exp, Log, Sqrt, Rsqrt, Ta
 BINARY_OPS: tuple[type[Defined], ...] = (Add, Sub, Mul, Div, FloorDiv, Mod, Maximum, Minimum,
                                          And, Or, Xor)
 COMPARE_OPS: tuple[type[Defined], ...] = (Eq, Ne, Lt, Le, Gt, Ge)
+INDEX_OPS: tuple[type[Defined], ...] = (IndexConst, *INDEX_BINARY_OPS, IndexCmp, IndexToTile)
+"""Every op over index values (the `index.*` names)."""
+LOOP_OPS: tuple[type[Defined], ...] = (Serial, Pipeline)
+"""The ordered loops (carried values, one iteration after another)."""
 
 
 def by_name(name: str) -> type[Defined]:
