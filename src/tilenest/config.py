@@ -1,4 +1,5 @@
-"""Every environment knob of tilenest: one typed, validated reader per `TILENEST_*` variable.
+"""Every environment knob of tilenest: one typed, validated reader per `TILENEST_*` variable,
+and per variable of another tool that tilenest reads (`TRITON_INTERPRET`).
 
 Each knob is registered once with its parser and a description of what it accepts. A value it
 does not accept raises one `ConfigError` naming the variable, the value and what is accepted;
@@ -24,12 +25,14 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Knob(Generic[T]):
     """One environment variable: `parse` turns its stripped text into a value or raises
-    ValueError with the reason; `accepted` says in words what it takes."""
+    ValueError with the reason; `accepted` says in words what it takes. `verbatim`: parse
+    the text as set, unstripped (another tool's variable, read the way that tool reads it)."""
 
     name: str
     accepted: str
     parse: Callable[[str], T]
     default: Callable[[], T]
+    verbatim: bool = False
 
     def raw(self) -> object:
         """The variable's value as the process holds it, unparsed (None when unset): only
@@ -47,7 +50,7 @@ class Knob(Generic[T]):
         if not raw.strip():
             return self.default()
         try:
-            return self.parse(raw.strip())
+            return self.parse(raw if self.verbatim else raw.strip())
         except ValueError as e:
             raise ConfigError(f"{self.name}={raw!r} is not accepted ({e}); accepted: "
                               f"{self.accepted}", loc=None) from None
@@ -238,6 +241,11 @@ TUNE = _register(Knob(
 FULL_PLAN_SWEEP = _register(Knob(
     "TILENEST_FULL_PLAN_SWEEP", "1/true/yes/on or 0/false/no/off (tests: plan every example "
     "at every e2e and benchmark shape, not a representative subset)", _bool, lambda: False))
+# Triton's own switch, read as tilenest always has: exactly "1" runs the cuda target's kernels
+# on Triton's interpreter (CPU tensors). Triton's value, so never refused.
+TRITON_INTERPRET = _register(Knob(
+    "TRITON_INTERPRET", "1 (the cuda target runs on Triton's interpreter); any other value: "
+    "compiled kernels", lambda text: text == "1", lambda: False, verbatim=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,12 +263,13 @@ class Config:
     target: str = "cpu"
     tune: str = "cached"
     full_plan_sweep: bool = False
+    triton_interpret: bool = False
 
 
 _FIELDS = {"checks": CHECKS, "dump": DUMP, "dump_dir": DUMP_DIR, "cache_dir": CACHE_DIR,
            "num_threads": NUM_THREADS, "vector_bits": VECTOR_BITS, "cpu_name": CPU_NAME,
            "cpu_features": CPU_FEATURES, "target": TARGET, "tune": TUNE,
-           "full_plan_sweep": FULL_PLAN_SWEEP}
+           "full_plan_sweep": FULL_PLAN_SWEEP, "triton_interpret": TRITON_INTERPRET}
 
 
 def config() -> Config:

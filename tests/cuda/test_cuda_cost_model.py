@@ -15,8 +15,8 @@ from tilenest.backends.cuda.cost import GpuCostPolicy, tile_efficiency
 from tilenest.backends.cuda.occupancy import compiled_metadata, recheck, wave_footprint
 from tilenest.backends.cuda.plan import CudaPlan
 from tilenest.backends.cuda.target import H200, plan_cuda
-from tilenest.backends.cuda.traversal import grouped_coords
 from tilenest.examples import EXAMPLES
+from tilenest.plan.traversal import grid_coords
 
 GEMM = EXAMPLES["gemm"].kernel
 
@@ -95,7 +95,7 @@ def test_wave_footprint_closed_form(rows: int, cols: int) -> None:
         seen_r: set[int] = set()
         seen_c: set[int] = set()
         for r in range(rows * cols):
-            row, col = grouped_coords(r, rows, cols, gr, gc)
+            row, col = grid_coords(r, rows, cols, gr, gc)
             seen_r.add(row)
             seen_c.add(col)
             assert wave_footprint(rows, cols, gr, gc, r + 1) == (len(seen_r), len(seen_c))

@@ -13,15 +13,15 @@ import tilenest as tn
 from tilenest.backends.cuda.lower import lower_function
 from tilenest.backends.cuda.plan import CudaPlan, candidates, default_plan, validate
 from tilenest.backends.cuda.target import H200, explain, plan_cuda
-from tilenest.backends.cuda.traversal import grouped_coords, program_coords
 from tilenest.errors import BackendError
 from tilenest.examples import EXAMPLES
+from tilenest.plan.traversal import grid_coords, program_coords
 
 
 @pytest.mark.parametrize("rows, cols", [(1, 1), (1, 7), (7, 1), (5, 3), (8, 8), (9, 13)])
 def test_grouped_traversal_is_a_bijection(rows: int, cols: int) -> None:
     for gr, gc in itertools.product(range(1, rows + 2), range(1, cols + 2)):
-        seen = [grouped_coords(r, rows, cols, gr, gc) for r in range(rows * cols)]
+        seen = [grid_coords(r, rows, cols, gr, gc) for r in range(rows * cols)]
         assert sorted(seen) == [(i, j) for i in range(rows) for j in range(cols)], (gr, gc)
 
 
@@ -32,13 +32,13 @@ def test_grouped_traversal_matches_triton_grouped_ordering() -> None:
         first = (pid // in_group) * group
         size = min(rows - first, group)
         expect = (first + (pid % in_group) % size, (pid % in_group) // size)
-        assert grouped_coords(pid, rows, cols, group, 1) == expect
+        assert grid_coords(pid, rows, cols, group, 1) == expect
 
 
 @pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
 def test_program_coords_cover_rank3_domains(order: tuple[int, ...]) -> None:
     extents = [3, 4, 5]
-    seen = {program_coords(p, extents, order, 2, 3) for p in range(60)}
+    seen = {program_coords(p, extents, order, (2, 3)) for p in range(60)}
     assert seen == set(itertools.product(range(3), range(4), range(5)))
 
 

@@ -1,5 +1,11 @@
-"""On-disk artifact cache: authenticated byte blobs per content key, in a directory that only
-this user can write.
+"""The cache directory service: where each component keeps its files, the ownership and
+permission checks of those directories and files, atomic writes, and the authenticated blob
+cache (`DiskCache`) of the object, lowering and plan caches.
+
+Components (`component_dir`): "cpu" (objects and lowerings), "cuda" (generated Triton
+source), "plans" (planner decisions) and "tune" (the tuning database). The Triton source
+cache (backends/cuda/source_cache.py) and the tuning database (tune/db.py) use the same
+directory and file checks; each keeps its own file format.
 
 Layout: a key (a hex digest chosen by the caller) owns the files `<key>.<part>`. Each file is
 `MAGIC | HMAC-SHA256(secret; MAGIC, key, part, payload) | payload`, written to a temporary
@@ -46,6 +52,11 @@ from tilenest.config import CACHE_DIR
 DEFAULT_CACHE_ROOT = Path("~/.cache/tilenest")
 DEFAULT_CPU_CACHE_DIR = DEFAULT_CACHE_ROOT / "cpu"
 
+# component -> its subdirectory (of the default root, of $TILENEST_CACHE_DIR). The cpu cache
+# keeps the layout it had before the other components: the variable names its directory.
+_COMPONENTS: dict[str, tuple[str, str]] = {
+    "cpu": ("cpu", ""), "cuda": ("cuda", "cuda"), "plans": ("", ""), "tune": ("", "")}
+
 _MAGIC = b"TNCACHE1"
 _MAC_SIZE = hashlib.sha256().digest_size
 _KEY_FILE = ".hmac-key"
@@ -61,7 +72,8 @@ class UnsafeCacheWarning(UserWarning):
 
 
 def cache_dir(default: Path = DEFAULT_CPU_CACHE_DIR) -> Path:
-    """`$TILENEST_CACHE_DIR` when set, else `default`; read on every call so tests may redirect."""
+    """`$TILENEST_CACHE_DIR` when set, else `default` (by default the cpu component's
+    directory, `component_dir("cpu")`); read on every call so tests may redirect."""
     env = CACHE_DIR.read()
     return env if env is not None else default.expanduser()
 
@@ -71,23 +83,33 @@ def cache_root() -> Path:
     return cache_dir(DEFAULT_CACHE_ROOT)
 
 
+def component_dir(component: str) -> Path:
+    """The directory of one component's files (see `_COMPONENTS`); not created here."""
+    try:
+        default_sub, env_sub = _COMPONENTS[component]
+    except KeyError:
+        raise ValueError(f"unknown cache component {component!r}; known: "
+                         f"{', '.join(_COMPONENTS)}") from None
+    env = CACHE_DIR.read()
+    return env / env_sub if env is not None else (DEFAULT_CACHE_ROOT / default_sub).expanduser()
+
+
 # ---------------------------------------------------------------------------------------------
-# The directory check
+# Ownership and permission checks
 
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
 
 
-def _euid() -> int | None:
-    geteuid = getattr(os, "geteuid", None)  # POSIX only; elsewhere the ACLs decide
+def euid() -> int | None:
+    """This process's effective uid (None off POSIX, where the ACLs decide)."""
+    geteuid = getattr(os, "geteuid", None)
     return geteuid() if geteuid is not None else None
 
 
-def _problem(st: os.stat_result) -> str | None:
-    """Why a directory with this status must not hold code this user runs, or None."""
-    if not stat.S_ISDIR(st.st_mode):
-        return "it is not a directory"
-    uid = _euid()
+def ownership_problem(st: os.stat_result) -> str | None:
+    """Why a file or directory with this status is not this user's alone to write, or None."""
+    uid = euid()
     if uid is None:
         return None
     if st.st_uid != uid:
@@ -95,6 +117,39 @@ def _problem(st: os.stat_result) -> str | None:
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"others can write it (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
+
+
+def _problem(st: os.stat_result) -> str | None:
+    """Why a directory with this status must not hold code this user runs, or None."""
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory"
+    return ownership_problem(st)
+
+
+def file_problem(path: Path) -> str | None:
+    """Why `path` must not be opened as a private file of this user (None: absent or fine):
+    a symbolic link, not a regular file, another owner, or writable by others."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"it cannot be inspected ({e.strerror or e})"
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link"
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    return ownership_problem(st)
+
+
+def create_private(path: Path) -> None:
+    """Create `path` empty with mode 0600 unless it exists (never through a symlink)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) \
+        | getattr(os, "O_CLOEXEC", 0)
+    try:
+        os.close(os.open(path, flags, 0o600))
+    except FileExistsError:
+        pass
 
 
 def warn_once(directory: Path, problem: str, fallback: str) -> None:
@@ -163,7 +218,7 @@ def _trusted_key(path: Path) -> bytes | None:
         return None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
-        uid = _euid()
+        uid = euid()
         if (not stat.S_ISREG(st.st_mode) or st.st_size != _KEY_SIZE
                 or (uid is not None and (st.st_uid != uid or st.st_mode & 0o077))):
             return None

@@ -2,8 +2,9 @@
 
 Shapes and strides are part of the specialization key, so each tensor parameter's byte span
 relative to its base pointer is fixed when a kernel is compiled; a call's alias check is
-then pointer arithmetic on bounds precomputed per pair of parameters. Both launchers (cpu,
-cuda) and the generated fast binder decide fast-versus-safe builds with these.
+then pointer arithmetic on bounds precomputed per pair of parameters. `runtime.builds`
+(which both launchers, cpu and cuda, keep their fast and safe builds in) and the generated
+fast binder decide fast-versus-safe builds with these.
 """
 
 from __future__ import annotations

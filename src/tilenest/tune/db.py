@@ -1,14 +1,15 @@
 """The tuning database: raw samples and winners per structural key, in SQLite (DESIGN §3a).
 
-One file, `cache_root()/tuning.sqlite3`, in WAL mode with a 10 s busy timeout, so several
-processes may measure and read at once. Trust and integrity follow the other caches
-(runtime/cache.py): the directory must be this user's and not writable by others, the file
-must be a regular file of this user (a symlink is refused), and `PRAGMA quick_check` runs on
-open; a file that is not SQLite, or fails the check, is moved aside with a warning and a new
-one is made (a plain call never crashes on it). Connections are per process (a forked child
-opens its own) and serialized by a lock within one. Records decode through
-`TuneCandidate.from_json` and `TuneKey.from_fields`, never eval or pickle, and an import is
-validated whole before one transaction writes it.
+One file, `component_dir("tune")/tuning.sqlite3`, in WAL mode with a 10 s busy timeout, so
+several processes may measure and read at once. Trust and integrity follow the other caches,
+through runtime/cache.py's checks: the directory must be this user's and not writable by
+others, the file must be a regular file of this user (a symlink is refused), and `PRAGMA
+quick_check` runs on open; a file that is not SQLite, or fails the check, is moved aside with
+a warning and a new one is made (a plain call never crashes on it). Connections are per
+process (a forked child opens its own) and serialized by a lock within one. Records are
+validated and decoded by tune/records.py (through `TuneCandidate.from_json` and
+`TuneKey.from_fields`, never eval or pickle), and an import is validated whole before one
+transaction writes it.
 
 Invariant kept by SQL triggers as well as by `set_winner`: a winner is a candidate with an
 `ok` sample under its key and no failed one (a failure recorded later drops the winner).
@@ -17,14 +18,9 @@ Invariant kept by SQL triggers as well as by `set_winner`: a winner is a candida
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import os
-import re
 import secrets
 import sqlite3
-import stat
-import statistics
 import threading
 import time
 import warnings
@@ -35,22 +31,25 @@ from pathlib import Path
 from typing import Any
 
 from tilenest.errors import TuneError
-from tilenest.runtime.cache import cache_root, read_regular, secure_directory
+from tilenest.runtime.cache import component_dir, create_private, file_problem, secure_directory
 from tilenest.tune.candidate import TuneCandidate
 from tilenest.tune.key import TuneKey
+from tilenest.tune.records import (
+    EXPORT_FORMAT,
+    ROLES,
+    SCHEMA_VERSION,
+    STATUSES,
+    dumps,
+    finite,
+    loads,
+    parse_export,
+    sample_row,
+)
 
 DB_NAME = "tuning.sqlite3"
-SCHEMA_VERSION = "1"
-EXPORT_FORMAT = "tilenest-tuning-db"
-STATUSES = ("ok", "compile-error", "run-error", "mismatch")
-ROLES = ("model-top", "shortlist", "default", "winner-remeasure")
 BUSY_TIMEOUT_MS = 10_000
-MAX_ERROR_CHARS = 4000
-MAX_IMPORT_BYTES = 256 << 20
-MAX_FEATURES_CHARS = 1 << 20
 _SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
-_UID = re.compile(r"[0-9a-f]{32}")
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -121,127 +120,7 @@ class Entry:
 
 
 # ---------------------------------------------------------------------------------------------
-# Validation of values that go into (or come out of) the database
-
-
-def _finite(value: Any, what: str, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or value < 0 or (positive and value == 0):
-        want = "a finite positive number" if positive else "a finite non-negative number"
-        raise TuneError(f"{what} must be {want}, got {value!r:.60}", loc=None)
-    return float(value)
-
-
-def _choice(value: Any, allowed: tuple[str, ...], what: str) -> str:
-    if value not in allowed:
-        raise TuneError(f"{what} must be one of {', '.join(allowed)}, got {value!r:.60}",
-                        loc=None)
-    return str(value)
-
-
-def _seconds(values: Any) -> tuple[float, ...]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, Sequence)):
-        raise TuneError(f"seconds must be a sequence of timings, got {values!r:.60}", loc=None)
-    return tuple(_finite(v, "a timing") for v in values)
-
-
-def _terms(terms: Any) -> dict[str, float] | None:
-    if terms is None:
-        return None
-    if not isinstance(terms, Mapping):
-        raise TuneError(f"terms must map names to numbers, got {terms!r:.60}", loc=None)
-    out = {}
-    for name, v in terms.items():
-        if not isinstance(name, str) or len(name) > 200:
-            raise TuneError(f"a cost term name must be a short string, got {name!r:.60}",
-                            loc=None)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise TuneError(f"cost term {name}: {v!r:.60} is not a finite number", loc=None)
-        out[name] = float(v)
-    return out
-
-
-def _features(features: Any) -> str | None:
-    """The cost-model features as stored JSON text (a JSON object of finite numbers)."""
-    if features is None:
-        return None
-    if not isinstance(features, Mapping):
-        raise TuneError(f"features must be a JSON object, got {features!r:.60}", loc=None)
-    try:
-        text = _dumps(dict(features))
-    except (TypeError, ValueError, RecursionError) as e:
-        raise TuneError(f"features are not finite JSON: {e}", loc=None) from None
-    if len(text) > MAX_FEATURES_CHARS:
-        raise TuneError(f"features longer than {MAX_FEATURES_CHARS} characters", loc=None)
-    return text
-
-
-def _error(error: Any) -> str | None:
-    if error is None:
-        return None
-    if not isinstance(error, str):
-        raise TuneError(f"error must be text, got {type(error).__name__}", loc=None)
-    return error[:MAX_ERROR_CHARS]
-
-
-def _predicted(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value):
-        raise TuneError(f"predicted must be a finite number or None, got {value!r:.60}",
-                        loc=None)
-    return float(value)
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def _loads(text: str) -> Any:
-    def reject(word: str) -> Any:
-        raise ValueError(f"{word} is not a finite number")
-
-    return json.loads(text, parse_constant=reject)
-
-
-# ---------------------------------------------------------------------------------------------
 # The file
-
-
-def _euid() -> int | None:
-    geteuid = getattr(os, "geteuid", None)
-    return geteuid() if geteuid is not None else None
-
-
-def _file_problem(path: Path) -> str | None:
-    """Why `path` must not be opened as this user's database (None: absent or fine)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        return f"it cannot be inspected ({e.strerror or e})"
-    if stat.S_ISLNK(st.st_mode):
-        return "it is a symbolic link"
-    if not stat.S_ISREG(st.st_mode):
-        return "it is not a regular file"
-    uid = _euid()
-    if uid is not None and st.st_uid != uid:
-        return f"it is owned by uid {st.st_uid}, not by this user (uid {uid})"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"others can write it (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
-
-
-def _create_private(path: Path) -> None:
-    """Create `path` empty with mode 0600 unless it exists (never through a symlink)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) \
-        | getattr(os, "O_CLOEXEC", 0)
-    try:
-        os.close(os.open(path, flags, 0o600))
-    except FileExistsError:
-        pass
 
 
 def _errorcode(e: sqlite3.Error) -> int:
@@ -299,7 +178,7 @@ class TuningDB:
         if not secure_directory(self.path.parent, fallback="not using the tuning database"):
             raise TuneError(f"tuning database {self.path}: its directory is not a private "
                             f"directory of this user (or cannot be created)", loc=None)
-        problem = _file_problem(self.path)
+        problem = file_problem(self.path)
         if problem is not None:
             raise TuneError(f"tuning database {self.path} is refused: {problem}", loc=None)
         _LIVE.add(self)
@@ -310,7 +189,7 @@ class TuningDB:
     def default(cls, create: bool = True) -> TuningDB | None:
         """The database under the cache directory; None when the directory or file is
         refused (with a warning), or when `create` is False and there is no file yet."""
-        root = cache_root()
+        root = component_dir("tune")
         path = root / DB_NAME
         try:
             st = os.lstat(path)
@@ -357,11 +236,11 @@ class TuningDB:
 
     def _raw(self) -> sqlite3.Connection:
         try:
-            _create_private(self.path)
+            create_private(self.path)
         except OSError as e:
             raise TuneError(f"tuning database {self.path} cannot be created: "
                             f"{e.strerror or e}", loc=None) from None
-        problem = _file_problem(self.path)
+        problem = file_problem(self.path)
         if problem is not None:
             raise TuneError(f"tuning database {self.path} is refused: {problem}", loc=None)
         conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000,
@@ -497,7 +376,7 @@ class TuningDB:
                    ) -> None:
         """Record one measurement (or failure) of `candidate` under `key`; `features` are
         what the cost model priced (tune/features.py), for calibration."""
-        row = _sample_row(key.digest(), candidate, status=status, seconds=seconds,
+        row = sample_row(key.digest(), candidate, status=status, seconds=seconds,
                           predicted=predicted, terms=terms, error=error, role=role,
                           created=time.time(), uid=secrets.token_hex(16), features=features)
         with self._use() as conn, _transaction(conn):
@@ -506,7 +385,7 @@ class TuningDB:
 
     def set_winner(self, key: TuneKey, candidate: TuneCandidate, seconds: float) -> None:
         """Make `candidate` the key's winner: it needs an ok sample and no failed one."""
-        seconds = _finite(seconds, "the winner's seconds", positive=True)
+        seconds = finite(seconds, "the winner's seconds", positive=True)
         digest, text = key.digest(), candidate.to_json()
         with self._use() as conn, _transaction(conn):
             statuses = {r[0] for r in conn.execute(
@@ -557,11 +436,11 @@ class TuningDB:
             query += " WHERE " + " AND ".join(where)
         with self._use() as conn:
             rows = conn.execute(query + " ORDER BY s.id", tuple(params)).fetchall()
-        return [Sample(key=_loads(f), digest=d, candidate=TuneCandidate.from_json(c),
-                       status=st, seconds=tuple(_loads(sec)), median=med, predicted=pred,
-                       terms=None if terms is None else _loads(terms), error=err, role=role,
+        return [Sample(key=loads(f), digest=d, candidate=TuneCandidate.from_json(c),
+                       status=st, seconds=tuple(loads(sec)), median=med, predicted=pred,
+                       terms=None if terms is None else loads(terms), error=err, role=role,
                        created=created, uid=uid,
-                       features=None if feats is None else _loads(feats))
+                       features=None if feats is None else loads(feats))
                 for f, d, c, st, sec, med, pred, terms, err, role, created, uid, feats in rows]
 
     def entries(self) -> list[Entry]:
@@ -571,7 +450,7 @@ class TuningDB:
                 "(SELECT count(*) FROM samples s WHERE s.key = k.digest) "
                 "FROM keys k LEFT JOIN winners w ON w.key = k.digest "
                 "ORDER BY k.created, k.digest").fetchall()
-        return [Entry(digest, _loads(fields),
+        return [Entry(digest, loads(fields),
                       None if cand is None else (TuneCandidate.from_json(cand), float(sec)),
                       count)
                 for digest, fields, cand, sec, count in rows]
@@ -581,18 +460,18 @@ class TuningDB:
         """Write every key, sample and winner to a JSON file; the number of samples and
         winners written."""
         with self._use() as conn:
-            keys = [{"digest": d, "fields": _loads(f)} for d, f in conn.execute(
+            keys = [{"digest": d, "fields": loads(f)} for d, f in conn.execute(
                 "SELECT digest, fields FROM keys ORDER BY created, digest")]
-            samples = [{"uid": uid, "key": key, "candidate": _loads(cand), "status": status,
-                        "seconds": _loads(sec), "predicted": pred,
-                        "terms": None if terms is None else _loads(terms), "error": err,
+            samples = [{"uid": uid, "key": key, "candidate": loads(cand), "status": status,
+                        "seconds": loads(sec), "predicted": pred,
+                        "terms": None if terms is None else loads(terms), "error": err,
                         "role": role, "created": created,
-                        "features": None if feats is None else _loads(feats)}
+                        "features": None if feats is None else loads(feats)}
                        for uid, key, cand, status, sec, pred, terms, err, role, created, feats
                        in conn.execute("SELECT uid, key, candidate, status, seconds, "
                                        "predicted, terms, error, role, created, features "
                                        "FROM samples ORDER BY id")]
-            winners = [{"key": key, "candidate": _loads(cand), "seconds": sec,
+            winners = [{"key": key, "candidate": loads(cand), "seconds": sec,
                         "created": created} for key, cand, sec, created in conn.execute(
                             "SELECT key, candidate, seconds, created FROM winners "
                             "ORDER BY key")]
@@ -600,7 +479,7 @@ class TuningDB:
                "samples": samples, "winners": winners}
         path = Path(path)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(_dumps(doc) + "\n", encoding="utf-8")
+        tmp.write_text(dumps(doc) + "\n", encoding="utf-8")
         os.replace(tmp, path)
         return len(samples) + len(winners)
 
@@ -609,7 +488,7 @@ class TuningDB:
         file is a TuneError and nothing is written). Samples already present (same id) are
         skipped; a winner replaces the stored one only when it measured faster. Returns the
         number of samples and winners added or replaced."""
-        keys, samples, winners = _parse_export(Path(path))
+        keys, samples, winners = parse_export(Path(path))
         added = 0
         with self._use() as conn, _transaction(conn):
             for key, created in keys:
@@ -657,7 +536,7 @@ def _statements(script: str) -> list[str]:
 
 def _insert_key(conn: sqlite3.Connection, key: TuneKey, created: float) -> None:
     conn.execute("INSERT OR IGNORE INTO keys (digest, fields, target, created) "
-                 "VALUES (?, ?, ?, ?)", (key.digest(), _dumps(key.fields()), key.target,
+                 "VALUES (?, ?, ?, ?)", (key.digest(), dumps(key.fields()), key.target,
                                          created))
 
 
@@ -673,27 +552,6 @@ def _add_features_column(conn: sqlite3.Connection) -> None:
                 conn.execute("ALTER TABLE samples ADD COLUMN features TEXT")
 
 
-def _sample_row(digest: str, candidate: TuneCandidate, *, status: Any, seconds: Any,
-                predicted: Any, terms: Any, error: Any, role: Any, created: Any,
-                uid: Any, features: Any = None) -> dict[str, Any]:
-    """A validated samples row."""
-    if not isinstance(candidate, TuneCandidate):
-        raise TuneError(f"candidate must be a TuneCandidate, got {candidate!r:.60}", loc=None)
-    if not isinstance(uid, str) or not _UID.fullmatch(uid):
-        raise TuneError(f"a sample id must be 32 hex digits, got {uid!r:.60}", loc=None)
-    secs = _seconds(seconds)
-    status = _choice(status, STATUSES, "status")
-    if status == "ok" and not secs:
-        raise TuneError("an ok sample needs its timings (seconds)", loc=None)
-    tm = _terms(terms)
-    return {"uid": uid, "key": digest, "candidate": candidate.to_json(), "status": status,
-            "seconds": _dumps(list(secs)),
-            "median": statistics.median(secs) if secs else None,
-            "predicted": _predicted(predicted), "terms": None if tm is None else _dumps(tm),
-            "error": _error(error), "role": _choice(role, ROLES, "role"),
-            "created": _finite(created, "created"), "features": _features(features)}
-
-
 def _insert_sample(conn: sqlite3.Connection, row: dict[str, Any],
                    ignore_existing: bool = False) -> int:
     verb = "INSERT OR IGNORE" if ignore_existing else "INSERT"
@@ -702,86 +560,3 @@ def _insert_sample(conn: sqlite3.Connection, row: dict[str, Any],
         f"terms, error, role, created, features) VALUES (:uid, :key, :candidate, :status, "
         f":seconds, :median, :predicted, :terms, :error, :role, :created, :features)",
         row).rowcount
-
-
-def _parse_export(path: Path) -> tuple[list, list, list]:
-    """Every record of an exported file, validated (TuneError naming the first problem)."""
-    try:
-        too_big = os.lstat(path).st_size > MAX_IMPORT_BYTES
-        data = b"" if too_big else read_regular(path)
-    except OSError as e:
-        raise TuneError(f"cannot read {path}: {e.strerror or e}", loc=None) from None
-    if too_big or len(data) > MAX_IMPORT_BYTES:
-        raise TuneError(f"{path} is larger than a tuning export may be ({MAX_IMPORT_BYTES} "
-                        f"bytes)", loc=None)
-    try:
-        doc = _loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise TuneError(f"{path} is not a tuning export (not JSON: {e})", loc=None) from None
-    if not isinstance(doc, dict) or doc.get("format") != EXPORT_FORMAT:
-        raise TuneError(f"{path} is not a tuning export (format {EXPORT_FORMAT!r})", loc=None)
-    if doc.get("version") != int(SCHEMA_VERSION):
-        raise TuneError(f"{path}: export version {doc.get('version')!r:.20}, this tilenest "
-                        f"reads {SCHEMA_VERSION}", loc=None)
-    for part in ("keys", "samples", "winners"):
-        if not isinstance(doc.get(part), list):
-            raise TuneError(f"{path}: {part!r} must be a list", loc=None)
-    keys: dict[str, TuneKey] = {}
-    for i, item in enumerate(doc["keys"]):
-        where = f"{path}: keys[{i}]"
-        if not isinstance(item, dict) or set(item) != {"digest", "fields"}:
-            raise TuneError(f"{where} must have exactly digest and fields", loc=None)
-        key = _in(where, TuneKey.from_fields, item["fields"])
-        if key.digest() != item["digest"]:
-            raise TuneError(f"{where}: the digest does not match its fields", loc=None)
-        keys[key.digest()] = key
-    samples = []
-    fields_ = {"uid", "key", "candidate", "status", "seconds", "predicted", "terms", "error",
-               "role", "created"}
-    for i, item in enumerate(doc["samples"]):
-        where = f"{path}: samples[{i}]"
-        if not isinstance(item, dict) or set(item) - {"features"} != fields_:
-            raise TuneError(f"{where} must have exactly the fields {sorted(fields_)} (and "
-                            f"optionally features)", loc=None)
-        if item["key"] not in keys:
-            raise TuneError(f"{where}: key {item['key']!r:.70} is not among the file's keys",
-                            loc=None)
-        candidate = _in(where, TuneCandidate.from_data, item["candidate"])
-        _same_target(where, candidate, keys[item["key"]])
-        samples.append(_in(where, lambda it=item, c=candidate: _sample_row(
-            it["key"], c, **{k: it[k] for k in fields_ - {"key", "candidate"}},
-            features=it.get("features"))))
-    ok = {(s["key"], s["candidate"]) for s in samples if s["status"] == "ok"}
-    winners = []
-    for i, item in enumerate(doc["winners"]):
-        where = f"{path}: winners[{i}]"
-        if not isinstance(item, dict) or set(item) != {"key", "candidate", "seconds",
-                                                       "created"}:
-            raise TuneError(f"{where} must have exactly key, candidate, seconds, created",
-                            loc=None)
-        if item["key"] not in keys:
-            raise TuneError(f"{where}: its key is not among the file's keys", loc=None)
-        candidate = _in(where, TuneCandidate.from_data, item["candidate"])
-        _same_target(where, candidate, keys[item["key"]])
-        text = candidate.to_json()
-        if (item["key"], text) not in ok:
-            raise TuneError(f"{where}: the winner has no ok sample in the file", loc=None)
-        winners.append((item["key"], text,
-                        _in(where, _finite, item["seconds"], "seconds", positive=True),
-                        _in(where, _finite, item["created"], "created")))
-    now = time.time()
-    return [(k, now) for k in keys.values()], samples, winners
-
-
-def _in(where: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """`fn(*args)` with a TuneError's message prefixed by where it happened."""
-    try:
-        return fn(*args, **kwargs)
-    except TuneError as e:
-        raise TuneError(f"{where}: {e.plain_message}", loc=None) from None
-
-
-def _same_target(where: str, candidate: TuneCandidate, key: TuneKey) -> None:
-    if candidate.target != key.target:
-        raise TuneError(f"{where}: a {candidate.target} candidate under a {key.target} key",
-                        loc=None)

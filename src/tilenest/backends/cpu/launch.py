@@ -8,7 +8,8 @@ are disjoint; otherwise a build that snapshots every load runs instead.
 
 The launch is prepared once per build (`_Step`s): a phase of one block, or any phase when the
 plan runs on one thread, is one ctypes call on the calling thread; only phases of several
-blocks wake the worker pool. Shapes and strides are fixed by the specialization, so each
+blocks wake the worker pool. The choice between the builds is `runtime.builds.BuildChoice`
+(shared with the cuda launcher): shapes and strides are fixed by the specialization, so each
 parameter's byte span relative to its base pointer (`spans`) is known at compile time and the
 alias check of a call (`overlaps`) is pointer arithmetic on precomputed bounds; the fast call
 path (`tilenest.runtime.binder`) uses the same `spans`, `written` and `launch`.
@@ -30,8 +31,8 @@ from tilenest.backends.cpu.stack import UNCHECKED_FRAME_BYTES, fits_on_this_thre
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
 from tilenest.runtime.args import is_torch_tensor
+from tilenest.runtime.builds import BuildChoice
 from tilenest.runtime.pool import PHASE_SIGNATURE, default_pool, run_on_known_stack
-from tilenest.runtime.spans import alias_bounds, overlapping, tensor_span
 
 
 @dataclass
@@ -109,13 +110,14 @@ class CpuExecutable:
         stages) already made it."""
         self.fn = fn
         self.plan = plan
-        self.fast = fast if fast is not None else _build(fn, plan, assume_no_alias=True)
-        self._safe: Build | None = None
-        stored = {op.operands[0] for op in fn.walk() if op.name == "store"}
-        self.written: tuple[bool, ...] = tuple(p.value in stored for p in fn.params)
-        self.spans: tuple[tuple[int, int] | None, ...] = tuple(
-            tensor_span(p.value.type) for p in fn.params)
-        self.alias_bounds = tuple(alias_bounds(self.written, self.spans))
+        self.builds = builds = BuildChoice(
+            fn, fast if fast is not None else _build(fn, plan, assume_no_alias=True),
+            self._make_safe)
+        # Read on every call (here and by the fast binder): plain attributes.
+        self.fast = builds.fast
+        self.written = builds.written
+        self.spans = builds.spans
+        self.alias_bounds = builds.alias_bounds
         self.last_build = "fast"
         self._nparams = len(fn.params)
         self._grain = max(1, plan.block_size * plan.blocks_per_task)
@@ -129,15 +131,17 @@ class CpuExecutable:
 
     @property
     def safe(self) -> Build:
-        if self._safe is None:
-            if self.fast.lowered.streamed_loads == 0:
-                self._safe_steps = self._fast_steps
-                self._safe = self.fast
-            else:
-                safe = _build(self.fn, self.plan, assume_no_alias=False)
-                self._safe_steps = self._prepare(safe)
-                self._safe = safe
-        return self._safe
+        return self.builds.safe
+
+    def _make_safe(self) -> Build | None:
+        """The build that snapshots every load (None: nothing streams, so the fast build is
+        already safe), with its prepared steps."""
+        if self.fast.lowered.streamed_loads == 0:
+            self._safe_steps = self._fast_steps
+            return None
+        safe = _build(self.fn, self.plan, assume_no_alias=False)
+        self._safe_steps = self._prepare(safe)
+        return safe
 
     def _prepare(self, build: Build) -> tuple[_Step, ...]:
         steps = []
@@ -156,7 +160,7 @@ class CpuExecutable:
     def overlaps(self, ptrs: Sequence[int]) -> bool:
         """Whether a written argument's span overlaps another argument's (base pointers of a
         call whose shapes and strides are this specialization's)."""
-        return overlapping(self.alias_bounds, ptrs)
+        return self.builds.overlaps(ptrs)
 
     def run(self, args: dict[str, Any]) -> None:
         """The checked path: validate every argument, then launch."""
@@ -199,7 +203,7 @@ class CpuExecutable:
         so the build that snapshots every load runs. Raises BackendError on a run-time error
         of this call."""
         if aliased:
-            build = self.safe
+            build = self.builds.safe
             steps = self._safe_steps
         else:
             build = self.fast

@@ -4,8 +4,9 @@ tier). Rates are measured ceilings of the lent H200 or datasheet leads."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
+
+from tilenest.config import TRITON_INTERPRET
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,8 @@ H200 = GpuInfo(
 
 
 def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "") == "1"
+    """`TRITON_INTERPRET=1`: kernels run on Triton's interpreter (read through config)."""
+    return TRITON_INTERPRET.read()
 
 
 def gpu_identity(gpu: GpuInfo) -> str:

@@ -4,12 +4,13 @@ Tensors are passed as pointers (views with storage offsets included); shapes and
 are part of the specialization key and therefore constants in the source. Before every call
 the launcher checks whether a written tensor overlaps any other argument: the fast build
 (loops with stores may be pipelined when no stored tensor is loaded) runs only when they
-are disjoint; otherwise the safe build runs. Phases are sequential launches on the current
-stream of the tensors' device (a tensor on cuda:1 launches there, whatever the current
-device). After a phase's first launch through its JITFunction, launches go straight to
-Triton's compiled launcher (`launcher.py`). A call never synchronizes: a kernel that can flag
-a run-time error writes a status slot of pinned host memory, checked lazily (at
-`tn.check_errors()`, at the next call of the kernel, at exit: `tilenest.runtime.status`).
+are disjoint; otherwise the safe build runs (`runtime.builds.BuildChoice`, shared with the
+cpu launcher). Phases are sequential launches on the current stream of the tensors' device
+(a tensor on cuda:1 launches there, whatever the current device). After a phase's first
+launch through its JITFunction, launches go straight to Triton's compiled launcher
+(`launcher.py`). A call never synchronizes: a kernel that can flag a run-time error writes a
+status slot of pinned host memory, checked lazily (at `tn.check_errors()`, at the next call
+of the kernel, at exit: `tilenest.runtime.status`).
 Under `TRITON_INTERPRET=1` CPU torch tensors (and numpy arrays, shared through
 `torch.from_numpy`) run on Triton's interpreter, synchronously: there, and for host
 arguments staged through device memory, a run-time error raises at the call that flagged it.
@@ -32,7 +33,7 @@ from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
 from tilenest.ir.types import TensorType
 from tilenest.runtime.args import is_torch_tensor
-from tilenest.runtime.spans import alias_bounds, overlapping, tensor_span
+from tilenest.runtime.builds import BuildChoice
 from tilenest.runtime.status import BOARD, Slot, StatusOwner
 
 MAX_GRID = 2**31 - 1
@@ -124,15 +125,13 @@ class CudaExecutable:
         self.options = {"num_warps": plan.num_warps, "num_stages": plan.num_stages,
                         "enable_fp_fusion": plan.allow_fma}
         # `fast`: the compile driver's build of this plan (assume_no_alias=True), if made.
-        self.fast = fast.prepare(self.options) if fast is not None \
-            else _build(fn, plan, True, interpret, self.options)
-        self._safe: Build | None = None
-        stored = {op.operands[0] for op in fn.walk() if op.name == "store"}
-        self.written = [p.value in stored for p in fn.params]
-        # Byte spans relative to each base pointer (shapes and strides are in the key): the
-        # alias check of `launch` is pointer arithmetic.
-        self.spans = tuple(tensor_span(p.value.type) for p in fn.params)
-        self.alias_bounds = tuple(alias_bounds(self.written, self.spans))
+        self.builds = builds = BuildChoice(
+            fn, fast.prepare(self.options) if fast is not None
+            else _build(fn, plan, True, interpret, self.options), self._make_safe)
+        self.fast = builds.fast
+        self.written = builds.written  # what the fast binder reads
+        self.spans = builds.spans
+        self.alias_bounds = builds.alias_bounds
         self._shared_status: dict[Any, Any] = {}
         # (device, aliased, alignment key) -> (direct calls, status word): `launch`'s lane.
         self._lanes: dict[tuple[int, bool, int], tuple[list[Any], int]] = {}
@@ -152,17 +151,19 @@ class CudaExecutable:
 
     @property
     def safe(self) -> Build:
-        if self._safe is None:
-            lowered = lower_function(self.fn, self.plan, assume_no_alias=False,
-                                     interpret=self.interpret)
-            same = lowered.source == self.fast.lowered.source
-            self._safe = self.fast if same else _build(self.fn, self.plan, False,
-                                                       self.interpret, self.options)
-        return self._safe
+        return self.builds.safe
+
+    def _make_safe(self) -> Build | None:
+        """The build without the no-alias assumption (None: its source is the fast build's,
+        so the fast build serves aliased calls too)."""
+        lowered = lower_function(self.fn, self.plan, assume_no_alias=False,
+                                 interpret=self.interpret)
+        if lowered.source == self.fast.lowered.source:
+            return None
+        return _build(self.fn, self.plan, False, self.interpret, self.options)
 
     def _choose(self, tensors: list[Any]) -> Build:
-        aliased = overlapping(self.alias_bounds, [t.data_ptr() for t in tensors])
-        return self.safe if aliased else self.fast
+        return self.builds.for_call(self.builds.overlaps([t.data_ptr() for t in tensors]))
 
     def _status_word(self, device: Any) -> Any:
         """The word shared by launches of kernels that never write it (a pointer argument)."""
@@ -229,9 +230,8 @@ class CudaExecutable:
                 return self._launch(tensors)
         ptrs = [t.data_ptr() for t in tensors]
         # The key fixed shapes and strides: the alias check is arithmetic on the spans.
-        aliased = overlapping(self.alias_bounds, ptrs)
-        build = self.safe if aliased else self.fast
-        self.last_build = "fast" if build is self.fast else "safe"
+        build = self.builds.for_call(self.builds.overlaps(ptrs))
+        self.last_build = self.builds.name(build)
         if build.lowered.uses_status:
             self._report_earlier()
         if build is self.fast and self.padding is not None:
@@ -243,7 +243,7 @@ class CudaExecutable:
         import torch
 
         build = self._choose(tensors)
-        self.last_build = "fast" if build is self.fast else "safe"
+        self.last_build = self.builds.name(build)
         checked = build.lowered.uses_status
         if checked:
             self._report_earlier()
@@ -271,8 +271,8 @@ class CudaExecutable:
     def launch(self, ptrs: Sequence[int], aliased: bool, device: int | None = None) -> None:
         """Launch on base pointers `ptrs` (parameter order) of CUDA tensors that a caller has
         checked against this specialization (the binder: dtypes, shapes, strides, device);
-        `aliased`: a written argument overlaps another (`runtime.spans.overlapping`), so
-        the safe build runs. `device`: the tensors' CUDA device index (None: the current
+        `aliased`: a written argument overlaps another (`builds.overlaps`), so the safe
+        build runs. `device`: the tensors' CUDA device index (None: the current
         device). Never synchronizes; raises BackendError for an earlier launch's run-time
         error (see the module docstring). Only when `accepts_pointers`."""
         if device is None:
@@ -291,8 +291,8 @@ class CudaExecutable:
         if not self.accepts_pointers:
             raise BackendError("this executable launches from tensors only (padded copies or "
                                "Triton's interpreter)", loc=None)
-        build = self.safe if aliased else self.fast
-        self.last_build = "fast" if build is self.fast else "safe"
+        build = self.builds.for_call(aliased)
+        self.last_build = self.builds.name(build)
         if build.lowered.uses_status:
             self._report_earlier()
         self._on_device(build, ptrs, None, device)

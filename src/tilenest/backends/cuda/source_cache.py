@@ -6,12 +6,13 @@ from the file's bytes, and that string is pinned in `linecache` under the file's
 entry without mtime, which `linecache.checkcache` never re-reads), so what Triton compiles is
 what tilenest generated even when the file changes afterwards.
 
-The file, `<cache>/cuda/tn_<sha256>.py`, is still written (and read back: it is used only when
-its bytes equal the source) for tracebacks, debuggers and code that clears `linecache`. Its
-directory follows runtime/cache.py's threat model: created 0700, and refused with a warning
-when others can write it. A refused or read-only cache directory falls back to a private
-0700 temporary directory made for this process, and failing that to the `linecache` entry
-alone; a planted or corrupt file is replaced, never imported.
+The file, `<cache>/cuda/tn_<sha256>.py` (`runtime.cache.component_dir("cuda")`), is still
+written (and read back: it is used only when its bytes equal the source) for tracebacks,
+debuggers and code that clears `linecache`. Its directory is checked by runtime/cache.py's
+directory service: created 0700, and refused with a warning when others can write it. A
+refused or read-only cache directory falls back to a private 0700 temporary directory made
+for this process, and failing that to the `linecache` entry alone; a planted or corrupt file
+is replaced, never imported.
 """
 
 from __future__ import annotations
@@ -28,16 +29,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-from tilenest.runtime.cache import cache_root, read_regular, secure_directory, write_atomic
+from tilenest.runtime.cache import component_dir, read_regular, secure_directory, write_atomic
 
 _MODULES: dict[str, ModuleType] = {}
 _lock = threading.Lock()
 _private: list[Path] = []  # this process's temporary directory, once made
-
-
-def cache_dir() -> str:
-    """`$TILENEST_CACHE_DIR/cuda`, else `~/.cache/tilenest/cuda`."""
-    return str(cache_root() / "cuda")
 
 
 def load_source(source: str) -> tuple[ModuleType, str]:
@@ -83,7 +79,7 @@ def _holds(path: Path, data: bytes) -> bool:
 
 def _directories() -> Iterator[Path]:
     """The cache directory when it is safe, then this process's private directory."""
-    directory = Path(cache_dir())
+    directory = component_dir("cuda")
     if secure_directory(directory, fallback="using a private temporary directory"):
         yield directory
     private = _private_dir()
