@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tilenest.errors import CaptureError
-from tilenest.ir.core import Function, Op, Region, Value
+from tilenest.ir import ops
+from tilenest.ir.core import Function, Region, Value
 
 I64_MIN, I64_MAX = -(2 ** 63), 2 ** 63 - 1
 
@@ -56,6 +57,7 @@ def _mod(a: Interval, b: Interval) -> Interval:
     return lo, hi
 
 
+# Keyed by op name: tests/unit/test_index_overflow.py checks each rule by its name.
 _BINARY: dict[str, Callable[[Interval, Interval], Interval]] = {
     "index.add": lambda a, b: (a[0] + b[0], a[1] + b[1]),
     "index.sub": lambda a, b: (a[0] - b[1], a[1] - b[0]),
@@ -66,8 +68,6 @@ _BINARY: dict[str, Callable[[Interval, Interval], Interval]] = {
     "index.max": lambda a, b: (max(a[0], b[0]), max(a[1], b[1])),
 }
 
-_REGIONS = ("parallel", "serial", "pipeline", "reduce")
-
 
 def index_ranges(fn: Function) -> dict[Value, Interval]:
     """The exact bounds of each Index value whose bounds are known (all of them, for
@@ -76,16 +76,14 @@ def index_ranges(fn: Function) -> dict[Value, Interval]:
 
     def visit(region: Region) -> None:
         for op in region.ops:
-            if op.name == "index.const":
-                v = op.attrs["value"]
-                ranges[op.results[0]] = (v, v)
-            elif op.name in _BINARY:
-                a, b = (ranges.get(x) for x in op.operands)
+            if isinstance(op, ops.IndexConst):
+                ranges[op.result] = (op.value, op.value)
+            elif isinstance(op, ops.IndexBinary):
+                a, b = ranges.get(op.lhs), ranges.get(op.rhs)
                 if a is not None and b is not None:
-                    ranges[op.results[0]] = _BINARY[op.name](a, b)
-            if op.name in _REGIONS:
-                body = op.regions[0]
-                for arg, (_dim, extent) in zip(body.args, op.attrs["domain"], strict=False):
+                    ranges[op.result] = _BINARY[op.name](a, b)
+            if isinstance(op, ops.RegionOp):
+                for arg, extent in zip(op.coords, op.extents, strict=True):
                     ranges[arg] = (0, max(int(extent) - 1, 0))
             for r in op.regions:
                 visit(r)
@@ -107,7 +105,7 @@ def check_index_ranges(fn: Function) -> dict[Value, Interval]:
     `fn` that does not fit a signed 64-bit integer; return the ranges."""
     ranges = index_ranges(fn)
     for op in fn.walk():
-        if op.name in _REGIONS:
+        if isinstance(op, ops.RegionOp):
             _check_domain(op)
         if op.results and op.results[0] in ranges and not _fits(ranges[op.results[0]]):
             iv = ranges[op.results[0]]
@@ -115,14 +113,14 @@ def check_index_ranges(fn: Function) -> dict[Value, Interval]:
                 f"index arithmetic leaves the 64-bit range: this {op.name.split('.')[1]} can "
                 f"reach {_describe(iv)}, beyond [{I64_MIN}, {I64_MAX}]; the value would wrap "
                 f"(possibly to an in-bounds address)", loc=op.loc)
-        if op.name in ("load", "store"):
+        if isinstance(op, ops.Memory):
             _check_origin(op, ranges)
     return ranges
 
 
-def _check_domain(op: Op) -> None:
+def _check_domain(op: ops.RegionOp) -> None:
     total = 1
-    for dim, extent in op.attrs["domain"]:
+    for dim, extent in op.domain:
         total *= max(int(extent), 0)
         if extent > I64_MAX or total > I64_MAX:
             what = (f"extent {extent} of {dim.describe()}" if extent > I64_MAX
@@ -131,11 +129,9 @@ def _check_domain(op: Op) -> None:
                                f"{I64_MAX})", loc=op.loc)
 
 
-def _check_origin(op: Op, ranges: dict[Value, Interval]) -> None:
+def _check_origin(op: ops.Memory, ranges: dict[Value, Interval]) -> None:
     """Each element coordinate origin + j (j < the region's extent) must fit i64."""
-    shape = op.attrs.get("shape", ())
-    origins = op.operands[1:1 + len(shape)]
-    for axis, (o, extent) in enumerate(zip(origins, shape, strict=False)):
+    for axis, (o, extent) in enumerate(zip(op.indices, op.shape, strict=True)):
         iv = ranges.get(o)
         if iv is None:
             continue

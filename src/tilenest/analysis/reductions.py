@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tilenest.ir import ops
 from tilenest.ir.core import Op, Value
 
-COMBINERS = frozenset({"add", "mul", "maximum", "minimum"})
+COMBINE_OPS: tuple[type[Op], ...] = (ops.Add, ops.Mul, ops.Maximum, ops.Minimum)
+COMBINERS = frozenset(cls.NAME for cls in COMBINE_OPS)
+"""The combine ops by name (re-exported by the reference interpreter's reduction module)."""
+
 
 @dataclass(frozen=True)
 class ClosedState:
@@ -25,7 +29,7 @@ class ClosedState:
     state_operand: int
 
 
-def closed_states(op: Op) -> dict[int, ClosedState]:
+def closed_states(op: ops.Reduce) -> dict[int, ClosedState]:
     """The closed states of a `reduce` op, by carry position."""
     body = op.body
     term = body.terminator
@@ -35,14 +39,13 @@ def closed_states(op: Op) -> dict[int, ClosedState]:
     for inner in body.walk():
         for i, v in enumerate(inner.operands):
             uses.setdefault(v, []).append((inner, i))
-    first_carry = len(op.attrs["domain"])
     closed: dict[int, ClosedState] = {}
-    for pos, arg in enumerate(body.args[first_carry:]):
+    for pos, arg in enumerate(op.carried):
         arg_uses = uses.get(arg, [])
         if len(arg_uses) != 1:
             continue
         user, operand = arg_uses[0]
-        if user.name not in COMBINERS or user.parent is not body or len(user.results) != 1:
+        if not isinstance(user, COMBINE_OPS) or user.parent is not body or len(user.results) != 1:
             continue
         result_uses = uses.get(user.results[0], [])
         if len(result_uses) != 1 or result_uses[0][0] is not term or result_uses[0][1] != pos:
@@ -51,18 +54,19 @@ def closed_states(op: Op) -> dict[int, ClosedState]:
     return closed
 
 
-def axis_reduction(op: Op, closed: dict[int, ClosedState]) -> tuple[Op, ClosedState] | None:
+def axis_reduction(op: ops.Reduce, closed: dict[int, ClosedState]
+                   ) -> tuple[ops.Take, ClosedState] | None:
     """The shape `tn.sum(x, axis=d)` lowers to: one closed state over a one-axis domain,
     a body that is `take(x, i)` and the combine of that slice into the state. Returns the
     `take` and the state, or None for any other reduce."""
     body = op.body
-    if len(op.attrs["domain"]) != 1 or len(op.operands) != 1 or 0 not in closed:
+    if len(op.domain) != 1 or len(op.inits) != 1 or 0 not in closed:
         return None
-    ops = [o for o in body.ops if o.name != "yield"]
-    if len(ops) != 2 or ops[0].name != "take" or ops[1] is not closed[0].combine:
+    inner = [o for o in body.ops if not isinstance(o, ops.Yield)]
+    if len(inner) != 2 or not isinstance(inner[0], ops.Take) or inner[1] is not closed[0].combine:
         return None
-    take = ops[0]
-    if take.operands[1] is not body.args[0]:
+    take = inner[0]
+    if take.index is not op.coords[0]:
         return None
     if closed[0].combine.operands[1 - closed[0].state_operand] is not take.result:
         return None

@@ -13,7 +13,10 @@ tile with hold unspecified values, so a constant there is as good as any.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tilenest.analysis.index_ranges import Interval, index_ranges
+from tilenest.ir import ops
 from tilenest.ir.core import Function, Op, Region, Value
 from tilenest.ir.dtypes import DType
 from tilenest.ir.types import TileType
@@ -21,22 +24,24 @@ from tilenest.ir.types import TileType
 _CACHE: dict[int, tuple[Region, dict[Value, bool]]] = {}
 _CACHE_LIMIT = 64
 
-_ARITH = {
-    "add": lambda a, b: (a[0] + b[0], a[1] + b[1]),
-    "sub": lambda a, b: (a[0] - b[1], a[1] - b[0]),
-    "mul": lambda a, b: (min(x * y for x in a for y in b), max(x * y for x in a for y in b)),
-    "maximum": lambda a, b: (max(a[0], b[0]), max(a[1], b[1])),
-    "minimum": lambda a, b: (min(a[0], b[0]), min(a[1], b[1])),
+_ARITH: dict[type[Op], Callable[[Interval, Interval], Interval]] = {
+    ops.Add: lambda a, b: (a[0] + b[0], a[1] + b[1]),
+    ops.Sub: lambda a, b: (a[0] - b[1], a[1] - b[0]),
+    ops.Mul: lambda a, b: (min(x * y for x in a for y in b), max(x * y for x in a for y in b)),
+    ops.Maximum: lambda a, b: (max(a[0], b[0]), max(a[1], b[1])),
+    ops.Minimum: lambda a, b: (min(a[0], b[0]), min(a[1], b[1])),
 }
 
-# pred -> (always true when, always false when) over operand intervals a, b.
-_DECIDE = {
-    "lt": (lambda a, b: a[1] < b[0], lambda a, b: a[0] >= b[1]),
-    "le": (lambda a, b: a[1] <= b[0], lambda a, b: a[0] > b[1]),
-    "gt": (lambda a, b: a[0] > b[1], lambda a, b: a[1] <= b[0]),
-    "ge": (lambda a, b: a[0] >= b[1], lambda a, b: a[1] < b[0]),
-    "eq": (lambda a, b: a[0] == a[1] == b[0] == b[1], lambda a, b: a[1] < b[0] or b[1] < a[0]),
-    "ne": (lambda a, b: a[1] < b[0] or b[1] < a[0], lambda a, b: a[0] == a[1] == b[0] == b[1]),
+_Decision = Callable[[Interval, Interval], bool]
+
+# comparison -> (always true when, always false when) over operand intervals a, b.
+_DECIDE: dict[type[Op], tuple[_Decision, _Decision]] = {
+    ops.Lt: (lambda a, b: a[1] < b[0], lambda a, b: a[0] >= b[1]),
+    ops.Le: (lambda a, b: a[1] <= b[0], lambda a, b: a[0] > b[1]),
+    ops.Gt: (lambda a, b: a[0] > b[1], lambda a, b: a[1] <= b[0]),
+    ops.Ge: (lambda a, b: a[0] >= b[1], lambda a, b: a[1] < b[0]),
+    ops.Eq: (lambda a, b: a[0] == a[1] == b[0] == b[1], lambda a, b: a[1] < b[0] or b[1] < a[0]),
+    ops.Ne: (lambda a, b: a[1] < b[0] or b[1] < a[0], lambda a, b: a[0] == a[1] == b[0] == b[1]),
 }
 
 
@@ -66,40 +71,39 @@ def _range(op: Op, ranges: dict[Value, Interval], index: dict[Value, Interval]
     if dtype is None:
         return None
     got: Interval | None = None
-    if op.name == "arange":
-        t = op.results[0].type
+    if isinstance(op, ops.Arange):
+        t = op.result.type
         assert isinstance(t, TileType)
         got = (0, max(t.shape[0] - 1, 0))
-    elif op.name == "full" and isinstance(op.attrs.get("value"), int) and \
-            not isinstance(op.attrs["value"], bool):
-        got = (op.attrs["value"], op.attrs["value"])
-    elif op.name == "index.to_tile":
-        got = index.get(op.operands[0])
-    elif op.name == "broadcast":
-        got = ranges.get(op.operands[0])
-    elif op.name in _ARITH and len(op.operands) == 2:
-        a, b = (ranges.get(x) for x in op.operands)
+    elif isinstance(op, ops.Full) and isinstance(op.value, int) and \
+            not isinstance(op.value, bool):
+        got = (op.value, op.value)
+    elif isinstance(op, ops.IndexToTile):
+        got = index.get(op.index)
+    elif isinstance(op, ops.Broadcast):
+        got = ranges.get(op.x)
+    elif isinstance(op, ops.Binary) and type(op) in _ARITH:
+        a, b = ranges.get(op.lhs), ranges.get(op.rhs)
         if a is not None and b is not None:
-            got = _ARITH[op.name](a, b)
+            got = _ARITH[type(op)](a, b)
     return got if got is not None and _fits(got, dtype) else None
 
 
 def _decide(op: Op, ranges: dict[Value, Interval], known: dict[Value, bool]) -> bool | None:
-    if op.name in _DECIDE and len(op.operands) == 2:
-        a, b = (ranges.get(x) for x in op.operands)
+    if isinstance(op, ops.Compare):
+        a, b = ranges.get(op.lhs), ranges.get(op.rhs)
         if a is None or b is None:
             return None
-        always, never = _DECIDE[op.name]
+        always, never = _DECIDE[type(op)]
         return True if always(a, b) else False if never(a, b) else None
-    if op.name == "broadcast":
-        return known.get(op.operands[0])
-    if op.name == "not":
-        x = known.get(op.operands[0])
+    if isinstance(op, ops.Broadcast):
+        return known.get(op.x)
+    if isinstance(op, ops.Not):
+        x = known.get(op.x)
         return None if x is None else not x
-    if op.name in ("and", "or") and op.results and \
-            isinstance(op.results[0].type, TileType) and op.results[0].type.dtype.is_bool:
-        a, b = (known.get(x) for x in op.operands)
-        if op.name == "and":
+    if isinstance(op, (ops.And, ops.Or)) and op.result.type.dtype.is_bool:
+        a, b = known.get(op.lhs), known.get(op.rhs)
+        if isinstance(op, ops.And):
             return False if False in (a, b) else True if a is b is True else None
         return True if True in (a, b) else False if a is b is False else None
     return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tilenest.ir import ops
 from tilenest.ir.core import Function, Op, Region, Value
 
 
@@ -30,10 +31,10 @@ class UseInfo:
         for op in fn.walk():
             for v in op.operands:
                 info.uses.setdefault(v, []).append(op)
-            if op.name == "store":
-                info.stored_params.add(op.operands[0])
-            elif op.name == "load":
-                info.loaded_params.add(op.operands[0])
+            if isinstance(op, ops.Store):
+                info.stored_params.add(op.tensor)
+            elif isinstance(op, ops.Load):
+                info.loaded_params.add(op.tensor)
         return info
 
     def users(self, v: Value) -> list[Op]:

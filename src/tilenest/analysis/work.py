@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
+from tilenest.ir import ops
 from tilenest.ir.core import Function, Op, Value
-from tilenest.ir.ops import ELEMENTWISE, has_trait, mma_roles
 from tilenest.ir.types import TensorType, TileType
 
 Affine = tuple[dict[int, int], int | None] | None  # root-axis coefficients, constant part
@@ -150,9 +150,9 @@ class _Counter:
 class _Slopes:
     """Affine forms of index values in the root coordinates (None: not affine)."""
 
-    def __init__(self, root: Op) -> None:
+    def __init__(self, root: ops.Parallel) -> None:
         self.memo: dict[Value, Affine] = {}
-        for i, a in enumerate(root.body.args[:len(root.attrs["domain"])]):
+        for i, a in enumerate(root.coords):
             self.memo[a] = ({i: 1}, 0)
 
     def of(self, v: Value) -> Affine:
@@ -164,8 +164,7 @@ class _Slopes:
             if u in self.memo:
                 continue
             owner = u.owner
-            binary = (isinstance(owner, Op) and owner.name.startswith("index.")
-                      and owner.name != "index.const" and len(owner.operands) == 2)
+            binary = isinstance(owner, ops.IndexBinary)
             if binary and not expanded:
                 stack.append((u, True))
                 stack.extend((o, False) for o in owner.operands if o not in self.memo)
@@ -173,27 +172,26 @@ class _Slopes:
             result: Affine = None
             if not isinstance(owner, Op):
                 result = ({}, None)  # a nested region's own index: the same in every program
-            elif owner.name == "index.const":
-                result = ({}, owner.attrs["value"])
-            elif binary:
-                result = _combine(owner.name[6:], self.memo[owner.operands[0]],
-                                  self.memo[owner.operands[1]])
+            elif isinstance(owner, ops.IndexConst):
+                result = ({}, owner.value)
+            elif isinstance(owner, ops.IndexBinary):
+                result = _combine(owner, self.memo[owner.lhs], self.memo[owner.rhs])
             self.memo[u] = result
         return self.memo[v]
 
 
-def _combine(kind: str, x: Affine, y: Affine) -> Affine:
+def _combine(op: ops.IndexBinary, x: Affine, y: Affine) -> Affine:
     if x is None or y is None:
         return None
     (cx, kx), (cy, ky) = x, y
     const = None if kx is None or ky is None else kx
-    if kind in ("add", "sub"):
-        sign = 1 if kind == "add" else -1
+    if isinstance(op, (ops.IndexAdd, ops.IndexSub)):
+        sign = 1 if isinstance(op, ops.IndexAdd) else -1
         coeffs = dict(cx)
         for a, c in cy.items():
             coeffs[a] = coeffs.get(a, 0) + sign * c
         return coeffs, None if const is None else kx + sign * ky  # type: ignore[operator]
-    if kind == "mul":
+    if isinstance(op, ops.IndexMul):
         if not cx and kx is not None:
             return {a: c * kx for a, c in cy.items()}, None if ky is None else kx * ky
         if not cy and ky is not None:
@@ -203,18 +201,17 @@ def _combine(kind: str, x: Affine, y: Affine) -> Affine:
     return None
 
 
-def _region_access(op: Op, tensor: TensorType, slopes: _Slopes, inner_axis: int
+def _region_access(op: ops.Memory, tensor: TensorType, slopes: _Slopes, inner_axis: int
                    ) -> tuple[int | None, int | None]:
     """(flat address slope along the innermost root axis, stride of the tile's last axis)."""
-    origins = op.operands[1:1 + tensor.rank]
     slope: int | None = 0
-    for o, stride in zip(origins, tensor.strides, strict=True):
+    for o, stride in zip(op.indices, tensor.strides, strict=True):
         form = slopes.of(o)
         if form is None:
             slope = None
             break
         slope += form[0].get(inner_axis, 0) * stride
-    kept = [i for i, e in enumerate(op.attrs["shape"]) if e is not None]
+    kept = [i for i, e in enumerate(op.shape) if e is not None]
     inner_stride = tensor.strides[kept[-1]] if kept else 0
     return slope, inner_stride
 
@@ -227,47 +224,45 @@ def _whole_rows(region: tuple[int, ...], tensor: TensorType) -> bool:
     return (tensor.strides[-1] == 1 and tensor.strides[-2] == n and region[-1] >= n)
 
 
-def _walk(ops: list[Op], rep: int, c: _Counter, slopes: _Slopes, inner_axis: int) -> None:
-    for op in ops:
-        name = op.name
-        if name in ("load", "store"):
-            tensor = op.operands[0].type
+def _walk(body: list[Op], rep: int, c: _Counter, slopes: _Slopes, inner_axis: int) -> None:
+    for op in body:
+        if isinstance(op, ops.Memory):
+            tensor = op.tensor_type
             assert isinstance(tensor, TensorType)
-            t = op.result.type if name == "load" else op.operands[-1].type
+            t = op.result.type if isinstance(op, ops.Load) else op.value.type
             assert isinstance(t, TileType)
-            region = tuple(e for e in op.attrs["shape"] if e is not None)
+            region = tuple(e for e in op.shape if e is not None)
             slope, inner_stride = _region_access(op, tensor, slopes, inner_axis)
             c.access(region, slope, inner_stride, rep, tensor.dtype.itemsize,
                      _whole_rows(region, tensor))
-            if name == "load":
+            if isinstance(op, ops.Load):
                 c.snap += c.vec(t.shape) * rep
                 c.tile_bytes += t.size * t.dtype.itemsize
-        elif name == "mma":
-            a, b, acc = (v.type for v in op.operands)
+        elif isinstance(op, ops.Mma):
+            a, b, acc = op.a.type, op.b.type, op.acc.type
             assert isinstance(a, TileType) and isinstance(b, TileType)
             assert isinstance(acc, TileType)
-            _, ms, ns, ks = mma_roles(a, b, acc)
+            _, ms, ns, ks = ops.mma_roles(a, b, acc)
             k = prod(a.extent_of(d) for d in ks)
             madds = acc.size * k * rep
             c.mma_tiles.append((prod(acc.extent_of(d) for d in ms),
                                 prod(acc.extent_of(d) for d in ns), k, float(rep)))
             c.mma += madds
             c.arith += 2 * c.vec(acc.shape) * k * rep
-        elif name in ("extract", "take"):
+        elif isinstance(op, (ops.Extract, ops.Take)):
             c.indexed += rep * c.vec(op.result.type.shape)  # type: ignore[union-attr]
-        elif op.regions:
-            extents = prod(e for _, e in op.attrs.get("domain", ())) if name != "map" else 1
+        elif isinstance(op, ops.Map):
+            t = op.inputs[0].type
+            assert isinstance(t, TileType)
+            scalar = sum(1 for o in op.body.ops if not isinstance(o, ops.Yield))
+            c.arith += c.vec(t.shape) * scalar * rep
+        elif isinstance(op, ops.RegionOp):
+            extents = prod(op.extents)
             inner = rep * extents
-            if name == "map":
-                t = op.operands[0].type
-                assert isinstance(t, TileType)
-                scalar = sum(1 for o in op.body.ops if o.name != "yield")
-                c.arith += c.vec(t.shape) * scalar * rep
-                continue
             c.max_rep = max(c.max_rep, inner)
             c.tile_bytes += sum(r.type.size * r.type.dtype.itemsize for r in op.results
                                 if isinstance(r.type, TileType))
-            if (name == "reduce" and op.attrs.get("order") == "unordered_tree"
+            if (isinstance(op, ops.Reduce) and op.order == "unordered_tree"
                     and c.kind == PACKET_LOCAL and not c.dense):
                 # Closed unordered reductions are realized with dense vector partials
                 # along the reduced domain: its elements share packets.
@@ -276,7 +271,8 @@ def _walk(ops: list[Op], rep: int, c: _Counter, slopes: _Slopes, inner_axis: int
                 c.dense = False
                 continue
             _walk(op.body.ops, inner, c, slopes, inner_axis)
-        elif has_trait(op, ELEMENTWISE) or name in ("full", "arange", "broadcast"):
+        elif ops.has_trait(op, ops.ELEMENTWISE) or \
+                isinstance(op, (ops.Full, ops.Arange, ops.Broadcast)):
             t = op.result.type
             if isinstance(t, TileType):
                 c.arith += c.vec(t.shape) * rep
@@ -287,10 +283,9 @@ def extract_work(fn: Function, root_axis_order: tuple[int, ...] | None, distribu
     """The per-packet work of every root `parallel` under one order and distribution."""
     phases: list[PhaseWork] = []
     for op in fn.body.ops:
-        if op.name != "parallel":
+        if not isinstance(op, ops.Parallel):
             continue
-        domain = op.attrs["domain"]
-        extents = [e for _, e in domain]
+        extents = list(op.extents)
         order = root_axis_order if root_axis_order is not None and \
             len(root_axis_order) == len(extents) else tuple(range(len(extents)))
         inner_axis = order[-1] if order else 0

@@ -7,8 +7,8 @@ from typing import Any
 
 from tilenest.errors import CaptureError, DTypeError
 from tilenest.ir import dtypes as dt
+from tilenest.ir import ops
 from tilenest.ir.core import Region
-from tilenest.ir.ops import PURE, has_trait
 from tilenest.ir.types import TileType
 from tilenest.lang.context import current, emit
 from tilenest.lang.values import Index, Tile, binary, cast, is_scalar, unary, unify
@@ -77,7 +77,7 @@ def map(fn: Callable[..., Any], *tiles: Any) -> Tile | tuple[Tile, ...]:  # noqa
     finally:
         state.builder.pop()
     for op in body.walk():
-        if op.name != "yield" and (not has_trait(op, PURE) or op.regions):
+        if not isinstance(op, ops.Yield) and (not ops.has_trait(op, ops.PURE) or op.regions):
             raise CaptureError(f"tn.map bodies may only use pure elementwise operations; "
                                f"found '{op.name}'", loc=op.loc)
         for v in op.operands:

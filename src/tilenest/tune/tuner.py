@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from tilenest.errors import ArgumentError, TileError, TuneError
+from tilenest.ir import ops
 from tilenest.numerics import as_policy
 from tilenest.runtime.args import describe_tensor, written_params
 from tilenest.tune import measure as m
@@ -276,13 +277,11 @@ def reduction_length(fn: Any) -> int:
     """The longest chain of sequential accumulation in `fn`: the product of the extents of
     the serial, pipeline and reduce regions around an `mma` or `reduce`, times its own
     contraction (1 when there is none; data-dependent extents count as 1)."""
-    from tilenest.ir.ops import mma_roles
-
     longest = 1
 
-    def extent(op: Any) -> int:
+    def extent(op: ops.RegionOp) -> int:
         total = 1
-        for _dim, n in op.attrs.get("domain", ()):
+        for n in op.extents:
             total *= n if isinstance(n, int) else 1
         return total
 
@@ -290,14 +289,13 @@ def reduction_length(fn: Any) -> int:
         nonlocal longest
         for op in region.ops:
             inner = depth
-            if op.name in ("serial", "pipeline", "reduce"):
+            if isinstance(op, (*ops.LOOP_OPS, ops.Reduce)):
                 inner = depth * extent(op)
-                if op.name == "reduce":
+                if isinstance(op, ops.Reduce):
                     longest = max(longest, inner)
-            elif op.name == "mma":
-                a, b, c = (v.type for v in op.operands)
-                contracted = mma_roles(a, b, c)[3][0]
-                longest = max(longest, depth * a.extent_of(contracted))
+            elif isinstance(op, ops.Mma):
+                contracted = op.roles()[3][0]
+                longest = max(longest, depth * op.a.type.extent_of(contracted))
             for r in op.regions:
                 visit(r, inner)
 
@@ -307,9 +305,7 @@ def reduction_length(fn: Any) -> int:
 
 def has_f32_mma(fn: Any) -> bool:
     """Whether `fn` contracts f32 operands (tf32 inputs where the policy allows them)."""
-    return any(op.name == "mma" and any(getattr(v.type, "dtype", None) is not None
-                                        and v.type.dtype.name == "f32"
-                                        for v in op.operands[:2])  # a, b (not the acc)
+    return any(isinstance(op, ops.Mma) and any(v.type.dtype.name == "f32" for v in (op.a, op.b))
                for op in fn.walk())
 
 
@@ -356,7 +352,7 @@ class _Bench:
         fn = plain.ir
         self.written = [n for n in self.params if n in written_params(fn)]
         loaded = {p.name for p in fn.params
-                  if any(op.name == "load" and op.operands[0] is p.value for op in fn.walk())}
+                  if any(isinstance(op, ops.Load) and op.tensor is p.value for op in fn.walk())}
         self.check = self._fresh_set(space.args, poisoned={n for n in self.written
                                                            if n not in loaded})
         self.initial = [m.clone(t) for t in self.check]
@@ -414,8 +410,8 @@ class _Bench:
         from tilenest.backends.reference.interpreter import run_function
 
         args, _key, fn = kernel.specialize(tuple(host), constants)
-        roots = [op for op in fn.body.ops if op.name == "parallel"]
-        count = math.prod(e for _, e in roots[-1].attrs["domain"]) if roots else 0
+        roots = [op for op in fn.body.ops if isinstance(op, ops.Parallel)]
+        count = math.prod(roots[-1].extents) if roots else 0
         if count <= REFERENCE_INSTANCES:
             run_function(fn, args, precision="float64")
             return None

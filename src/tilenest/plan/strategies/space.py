@@ -21,7 +21,8 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from typing import Any
 
-from tilenest.ir.core import Function, Op
+from tilenest.ir import ops
+from tilenest.ir.core import Function
 from tilenest.plan.constraints import Constraints
 from tilenest.plan.records import Binding, Candidate
 
@@ -32,12 +33,12 @@ Point = tuple[int, int, int, int, int, int]
 _CACHE_BASES = 4096
 
 
-def root_parallels(fn: Function) -> list[Op]:
-    return [op for op in fn.body.ops if op.name == "parallel"]
+def root_parallels(fn: Function) -> list[ops.Parallel]:
+    return [op for op in fn.body.ops if isinstance(op, ops.Parallel)]
 
 
 def root_rank(fn: Function) -> int | None:
-    ranks = {len(op.attrs["domain"]) for op in root_parallels(fn)}
+    ranks = {len(op.domain) for op in root_parallels(fn)}
     return next(iter(ranks)) if len(ranks) == 1 else None
 
 
@@ -45,15 +46,15 @@ def _main_extents(fn: Function) -> tuple[int, ...]:
     roots = root_parallels(fn)
     if not roots:
         return ()
-    best = max(roots, key=lambda op: len(op.attrs["domain"]))
-    return tuple(e for _, e in best.attrs["domain"])
+    best = max(roots, key=lambda op: len(op.domain))
+    return best.extents
 
 
 def _programs(fn: Function) -> int:
     out = 1
     for op in root_parallels(fn):
         n = 1
-        for _, e in op.attrs["domain"]:
+        for e in op.extents:
             n *= e
         out = max(out, n)
     return out
