@@ -12,6 +12,7 @@ import numpy as np
 
 from tilenest.errors import ArgumentError
 from tilenest.ir import dtypes as dt
+from tilenest.ir import ops
 from tilenest.ir.dtypes import DType
 from tilenest.ir.types import TensorType
 from tilenest.runtime import interop
@@ -90,8 +91,8 @@ def plain_tensor(x: Any, name: str) -> tuple[Any, bool]:
 def written_params(fn: Any) -> frozenset[str]:
     """The tensor parameters that `fn` stores into."""
     names = {p.value: p.name for p in fn.params}
-    return frozenset(names[op.operands[0]] for op in fn.walk()
-                     if op.name == "store" and op.operands and op.operands[0] in names)
+    return frozenset(names[op.tensor] for op in fn.walk()
+                     if isinstance(op, ops.Store) and op.tensor in names)
 
 
 def check_copies(fn: Any, copies: dict[str, Any], tensors: dict[str, Any]) -> None:
