@@ -16,7 +16,8 @@ from llvmlite import ir
 
 from tilenest.backends.cpu.emitter import Emitter
 from tilenest.backends.cpu.reprs import Arr, Idx, Tile
-from tilenest.ir.core import Op, Value
+from tilenest.ir import ops
+from tilenest.ir.core import Value
 from tilenest.ir.types import TileType
 
 
@@ -47,13 +48,13 @@ def domain_loop(em: Emitter, domain: tuple, body: Callable[[list[Idx]], None],
 class Carries:
     """The current buffers of a region op's carried values."""
 
-    def __init__(self, em: Emitter, op: Op, positions: list[int]) -> None:
+    def __init__(self, em: Emitter, op: ops.RegionOp, positions: list[int]) -> None:
         self.em = em
         self.op = op
         self.positions = positions
         self.current: dict[int, Arr] = {}
         for pos in positions:
-            init = em.tile(op.operands[pos])
+            init = em.tile(op.inits[pos])
             t = op.results[pos].type
             assert isinstance(t, TileType)
             buf = em.new_array(t.dtype, t.shape, em.lanes == 1, owner=None)

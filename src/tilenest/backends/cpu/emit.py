@@ -16,6 +16,7 @@ from tilenest.backends.cpu.plan import CpuPlan, programs_per_packet
 from tilenest.backends.cpu.reprs import Idx
 from tilenest.backends.cpu.rules import lower_op, lower_ops
 from tilenest.errors import BackendError
+from tilenest.ir import ops
 from tilenest.ir.core import Function, Op
 from tilenest.ir.dtypes import DType
 from tilenest.ir.ops import EFFECT, REGION, has_trait
@@ -36,21 +37,22 @@ class Facts:
         bits = 32 if dtype.bits < 32 else dtype.bits
         return max(1, self.vector_bits // bits)
 
-    def may_stream(self, load: Op) -> bool:
+    def may_stream(self, load: ops.Load) -> bool:
         """A load may read tensor memory in place when no store of this function can write
         what it reads: its tensor is never stored to, and (unless the invocation proved the
         arguments disjoint) no tensor is stored to at all."""
         if not self.plan.stream_loads:
             return False
         stored = self.uses.stored_params
-        ok = load.operands[0] not in stored if self.assume_no_alias else not stored
+        ok = load.tensor not in stored if self.assume_no_alias else not stored
         if ok:
             self.streamed.append(load)
         return ok
 
 
 def _is_pure_root(op: Op) -> bool:
-    return not has_trait(op, EFFECT) and not has_trait(op, REGION) and op.name != "yield"
+    return (not has_trait(op, EFFECT) and not has_trait(op, REGION)
+            and not isinstance(op, ops.Yield))
 
 
 def _bind_params(em: Emitter, fn: Function) -> None:
@@ -99,13 +101,12 @@ class _IrArith:
         return self.b.select(self.b.icmp_unsigned("<", a, b), a, b)
 
 
-def _program_coords(em: Emitter, op: Op, j: ir.Value, lanes: int,
+def _program_coords(em: Emitter, op: ops.Parallel, j: ir.Value, lanes: int,
                     order: tuple[int, ...], traversal: tuple[int, int] = (1, 1)) -> list[Idx]:
     """Unflatten program number(s) j into the root domain coordinates: the last two ordered
     axes follow the grouped-rectangle traversal (`plan.traversal`, a proven bijection),
     earlier axes are batches in row-major order."""
-    domain = op.attrs["domain"]
-    extents = [e for _, e in domain]
+    extents = list(op.extents)
     ar = _IrArith(em.b, lanes)
     values: list[ir.Value | None] = [None] * len(extents)
     rem = j
@@ -145,13 +146,14 @@ def _packet_numbers(em: Emitter, j0: ir.Value, lanes: int) -> ir.Value:
     return b.select(b.icmp_signed("<", j, last_v), j, last_v)
 
 
-def _emit_parallel_phase(module: ir.Module, name: str, fn: Function, op: Op, plan: CpuPlan,
-                         facts: Facts, errors: list[str], packet_width: int) -> PhaseSpec:
+def _emit_parallel_phase(module: ir.Module, name: str, fn: Function, op: ops.Parallel,
+                         plan: CpuPlan, facts: Facts, errors: list[str],
+                         packet_width: int) -> PhaseSpec:
     lanes = programs_per_packet(plan, packet_width)
     em = Emitter(module, name, plan, lanes, facts, errors)
     _bind_params(em, fn)
     _lower_root_values(em, fn)
-    domain = op.attrs["domain"]
+    domain = op.domain
     order = plan.root_axis_order or tuple(range(len(domain)))
     if len(order) != len(domain):
         order = tuple(range(len(domain)))
@@ -163,7 +165,7 @@ def _emit_parallel_phase(module: ir.Module, name: str, fn: Function, op: Op, pla
     def packet(j0: ir.Value) -> None:
         j = _packet_numbers(em, j0, lanes)
         coords = _program_coords(em, op, j, lanes, order, plan.program_traversal)
-        for arg, c in zip(body.args, coords, strict=True):
+        for arg, c in zip(op.coords, coords, strict=True):
             em.env[arg] = c
         lower_ops(em, body.ops)
 
@@ -172,12 +174,12 @@ def _emit_parallel_phase(module: ir.Module, name: str, fn: Function, op: Op, pla
     return PhaseSpec(name, programs, lanes)
 
 
-def _emit_root_phase(module: ir.Module, name: str, fn: Function, ops: list[Op],
+def _emit_root_phase(module: ir.Module, name: str, fn: Function, root_ops: list[Op],
                      plan: CpuPlan, facts: Facts, errors: list[str]) -> PhaseSpec:
     em = Emitter(module, name, plan, 1, facts, errors)
     _bind_params(em, fn)
     _lower_root_values(em, fn)
-    for op in ops:
+    for op in root_ops:
         lower_op(em, op)
     em.finish()
     return PhaseSpec(name, 1, 1)
@@ -211,7 +213,7 @@ def emit_module(fn: Function, plan: CpuPlan, vector_bits: int, *,
             pending.clear()
 
     for op in fn.body.ops:
-        if op.name == "parallel":
+        if isinstance(op, ops.Parallel):
             flush()
             name = f"{fn.name}_phase{len(phases)}"
             phases.append(_emit_parallel_phase(module, name, fn, op, plan, facts, errors,

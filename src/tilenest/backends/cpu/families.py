@@ -38,36 +38,37 @@ from tilenest.analysis.reductions import axis_reduction, closed_states
 from tilenest.analysis.uses import UseInfo, region_of
 from tilenest.backends.cpu.family_cost import FamilyPricer, HostShape
 from tilenest.backends.cpu.plan import MATH_INTERLEAVES, CpuPlan
+from tilenest.ir import ops
 from tilenest.ir.core import Function, Op
 from tilenest.ir.types import TileType
 
 # TileIR ops lowered to a vecmath call (sqrt/rsqrt are single instructions).
-VECTOR_MATH_OPS = frozenset({"exp", "log", "tanh", "sigmoid"})
+VECTOR_MATH_OPS = (ops.Exp, ops.Log, ops.Tanh, ops.Sigmoid)
 
 
 def calls_vector_math(fn: Function) -> bool:
-    return any(op.name in VECTOR_MATH_OPS for op in fn.walk())
+    return any(isinstance(op, VECTOR_MATH_OPS) for op in fn.walk())
 
 
-def fusable_reductions(fn: Function) -> list[Op]:
+def fusable_reductions(fn: Function) -> list[ops.Reduce]:
     """Reduce ops whose input the materializing loop can accumulate (the IR side of
     `rules_reduce._fusable_reduction`: a closed unordered f32/f64 sum or product over the
     last axis of a computed tile, in the tile's own region, with another use)."""
     uses = UseInfo.of(fn)
     out = []
     for op in fn.walk():
-        if op.name != "reduce" or op.attrs["order"] != "unordered_tree":
+        if not isinstance(op, ops.Reduce) or op.order != "unordered_tree":
             continue
         closed = closed_states(op)
         fast = axis_reduction(op, closed) if closed else None
-        if fast is None or fast[1].combine.name not in ("add", "mul"):
+        if fast is None or fast[1].combine.name not in ("add", "mul"):  # combiner names
             continue
         take = fast[0]
-        x = take.operands[0]
+        x = take.x
         t = x.type
-        if (x.owner is None or not isinstance(x.owner, Op) or x.owner.name == "load"
+        if (not isinstance(x.owner, Op) or isinstance(x.owner, ops.Load)
                 or not isinstance(t, TileType) or t.dtype.name not in ("f32", "f64")
-                or take.attrs["axis"] != t.rank - 1 or len(uses.users(x)) < 2
+                or take.axis != t.rank - 1 or len(uses.users(x)) < 2
                 or region_of(x) is not op.parent):
             continue
         out.append(op)
@@ -77,7 +78,7 @@ def fusable_reductions(fn: Function) -> list[Op]:
 def families(fn: Function) -> dict[str, tuple[object, ...]]:
     """Field name -> legal values for `fn`, the `CpuPlan` default first."""
     out: dict[str, tuple[object, ...]] = {}
-    if any(op.name == "store" for op in fn.walk()):
+    if any(isinstance(op, ops.Store) for op in fn.walk()):
         out["nontemporal_stores"] = (None, False, True)
     if calls_vector_math(fn):
         default = CpuPlan().math_interleave

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from tilenest.backends.cpu.caches import last_level_cache_bytes
 from tilenest.backends.cpu.vecmath import body_stats
 from tilenest.errors import ArgumentError
+from tilenest.ir import ops
 from tilenest.ir.core import Function, Op
 from tilenest.ir.types import TensorType, TileType
 
@@ -56,7 +57,8 @@ FAMILY_WEIGHTS: dict[str, float] = {"issue": 4.0, "latency": 3.0, "overlap": 2.0
                                     "fused_spilled": 1.5}
 PAGE_BYTES = 4096
 STREAM_MIN_ROW_BYTES = 4096  # rules_memory.STREAM_MIN_ROW_BYTES (the size rule)
-MATH_OPS = ("exp", "log", "tanh", "sigmoid")
+# The ops lowered to a vecmath call; each calls the vecmath function of its own name.
+MATH_OPS = (ops.Exp, ops.Log, ops.Tanh, ops.Sigmoid)
 
 
 @dataclass(frozen=True)
@@ -86,12 +88,12 @@ def _programs(fn: Function) -> dict[int, int]:
     """id(op) -> how many times it runs (the product of the enclosing region domains)."""
     counts: dict[int, int] = {}
 
-    def visit(ops: list[Op], times: int) -> None:
-        for op in ops:
+    def visit(region_ops: list[Op], times: int) -> None:
+        for op in region_ops:
             counts[id(op)] = times
-            domain = op.attrs.get("domain")
+            domain = op.domain if isinstance(op, ops.RegionOp) else None
             inner = times * _elements(tuple(e for _, e in domain)) if domain else times
-            if op.name == "map":  # its body runs once per element of the result tile
+            if isinstance(op, ops.Map):  # its body runs once per element of the result tile
                 t = op.results[0].type
                 inner = times * (_elements(t.shape) if isinstance(t, TileType) else 1)
             for region in op.regions:
@@ -115,7 +117,7 @@ def _math_interleave(fn: Function, value: object, host: HostShape,
     times = _programs(fn)
     total = 0.0
     for op in fn.walk():
-        if op.name not in MATH_OPS:
+        if not isinstance(op, MATH_OPS):
             continue
         t = op.results[0].type
         if not isinstance(t, TileType) or t.dtype.bits not in (32, 64) or not t.dtype.is_float:
@@ -129,12 +131,12 @@ def _math_interleave(fn: Function, value: object, host: HostShape,
     return total
 
 
-def _streamable(op: Op, host: HostShape) -> bool:
+def _streamable(op: ops.Store, host: HostShape) -> bool:
     """Whether the staged non-temporal path can take this store (rules_memory._streams,
     less the size rule)."""
-    tensor = op.operands[0].type
+    tensor = op.tensor_type
     assert isinstance(tensor, TensorType)
-    shape = op.attrs["shape"]
+    shape = op.shape
     kept = [i for i, e in enumerate(shape) if e is not None]
     dtype = tensor.dtype
     if not kept or host.vector_bits < 128 or dtype.is_bool or dtype.bits not in (32, 64):
@@ -148,12 +150,12 @@ def _tensor_bytes(t: TensorType) -> int:
     return max(1, t.dtype.bits // 8) * _elements(t.shape)
 
 
-def store_price(op: Op, choice: bool | None, host: HostShape, w: Mapping[str, float]
+def store_price(op: ops.Store, choice: bool | None, host: HostShape, w: Mapping[str, float]
                 ) -> float:
     """Relative work per element of one store under a `nontemporal_stores` value."""
-    tensor = op.operands[0].type
+    tensor = op.tensor_type
     assert isinstance(tensor, TensorType)
-    shape = op.attrs["shape"]
+    shape = op.shape
     kept = [e for e in shape if e is not None]
     row_bytes = (kept[-1] if kept else 1) * max(1, tensor.dtype.bits // 8)
     size = _tensor_bytes(tensor)
@@ -171,8 +173,8 @@ def _nontemporal_stores(fn: Function, value: object, host: HostShape,
     times = _programs(fn)
     total = 0.0
     for op in fn.walk():
-        if op.name == "store":
-            elements = _elements(op.attrs["shape"]) * times.get(id(op), 1)
+        if isinstance(op, ops.Store):
+            elements = _elements(op.shape) * times.get(id(op), 1)
             total += elements * store_price(op, value, host, w)  # type: ignore[arg-type]
     return total
 
@@ -184,12 +186,12 @@ def _fuse_reductions(fn: Function, value: object, host: HostShape,
 
     times = _programs(fn)
     k = CpuPlan().math_interleave
-    bodies = [body_stats(op.name) for op in fn.walk() if op.name in MATH_OPS]
+    bodies = [body_stats(op.name) for op in fn.walk() if isinstance(op, MATH_OPS)]
     held = max((s.constants + k * w["live"] for s in bodies), default=0.0)
     total = 0.0
     for op in fusable_reductions(fn):
-        take = next(o for o in op.body.ops if o.name == "take")
-        t = take.operands[0].type
+        take = next(o for o in op.body.ops if isinstance(o, ops.Take))
+        t = take.x.type
         elements = _elements(t.shape) if isinstance(t, TileType) else 1
         bits = t.dtype.bits if isinstance(t, TileType) else 32
         partial_vectors = -(-CpuPlan().reduction_partitions // max(1, host.vector_bits // bits))

@@ -11,7 +11,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from tilenest.errors import BackendError
-from tilenest.ir.core import Function, Op
+from tilenest.ir import ops
+from tilenest.ir.core import Function
 
 MATRIX_ATOMS = ("ordered", "microkernel")
 MATH_INTERLEAVES = (1, 2, 4, 8)
@@ -91,7 +92,7 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
         raise _fail("program_traversal", f"must be (group rows, group columns) >= 1, got "
                                          f"{trav!r}")
     for op in root_parallels(fn):
-        rank = len(op.attrs["domain"])
+        rank = len(op.domain)
         if trav != (1, 1) and rank < 2:
             raise _fail("program_traversal", f"grouped traversal {trav} needs two root axes; "
                                              f"the parallel at {op.loc} has {rank}")
@@ -106,8 +107,8 @@ def programs_per_packet(plan: CpuPlan, packet_width: int) -> int:
     return packet_width if plan.local_lanes == 1 and packet_width > 1 else 1
 
 
-def root_parallels(fn: Function) -> list[Op]:
-    return [op for op in fn.body.ops if op.name == "parallel"]
+def root_parallels(fn: Function) -> list[ops.Parallel]:
+    return [op for op in fn.body.ops if isinstance(op, ops.Parallel)]
 
 
 def default_plan(fn: Function, packet_width: int, workers: int) -> CpuPlan:
@@ -115,7 +116,7 @@ def default_plan(fn: Function, packet_width: int, workers: int) -> CpuPlan:
     programs = 1
     for op in root_parallels(fn):
         n = 1
-        for _, e in op.attrs["domain"]:
+        for _, e in op.domain:
             n *= e
         programs = max(programs, n)
     block = max(1, programs // max(1, 4 * workers))
@@ -127,10 +128,10 @@ def default_partitions(fn: Function) -> int:
     reductions use 16 partial accumulators (a full vector on AVX-512, two on AVX2: measured
     1.3x faster for softmax rows of 4096), short ones the default 4."""
     for op in fn.walk():
-        if op.name != "reduce" or op.attrs.get("order") != "unordered_tree":
+        if not isinstance(op, ops.Reduce) or op.order != "unordered_tree":
             continue
         n = 1
-        for _, e in op.attrs["domain"]:
+        for _, e in op.domain:
             n *= e
         if n >= 256:
             return 16

@@ -18,7 +18,7 @@ from tilenest.ir.core import Op, Value
 from tilenest.ir.types import TileType
 
 # Consumers that read each operand element more than once: never fuse into them.
-REREADING = frozenset({"mma", "map", "reduce", "serial", "pipeline", "parallel"})
+REREADING = (ops.Mma, ops.Map, ops.Reduce, ops.Serial, ops.Pipeline, ops.Parallel)
 
 
 def bind(em: Emitter, v: Value, r: Tile) -> None:
@@ -26,7 +26,7 @@ def bind(em: Emitter, v: Value, r: Tile) -> None:
     if isinstance(r, Recipe):
         user = em.facts.uses.single_local_use(v)
         fusable = (em.plan.fuse_elementwise and user is not None
-                   and user.name not in REREADING)
+                   and not isinstance(user, REREADING))
         if not fusable and (r.shape != () or r.cost > 1):
             from tilenest.backends.cpu.rules_reduce import materialize_with_reduction
 
@@ -41,20 +41,20 @@ def _tile_type(v: Value) -> TileType:
 
 
 @lowering(ops.Full)
-def _full(em: Emitter, op: Op) -> None:
+def _full(em: Emitter, op: ops.Full) -> None:
     t = _tile_type(op.result)
-    value = sc.const(t.dtype, op.attrs["value"])
+    value = sc.const(t.dtype, op.value)
     if t.dtype.name in ("f16", "bf16"):
         # Constants of half types are rounded once, at compile time, like the reference.
         import numpy as np
 
         if t.dtype.name == "f16":
-            value = ir.Constant(sc.F32, float(np.float16(op.attrs["value"])))
+            value = ir.Constant(sc.F32, float(np.float16(op.value)))
         else:
             from tilenest.backends.reference.numerics import round_to_bf16
 
             value = ir.Constant(sc.F32, float(round_to_bf16(np.array(
-                [op.attrs["value"]], np.float64))[0]))
+                [op.value], np.float64))[0]))
     em.env[op.result] = Recipe(t.dtype, t.shape, True, lambda b, c, lane: value)
 
 
@@ -76,8 +76,8 @@ def _elementwise(em: Emitter, op: Op, scalar) -> None:
 
 
 def _binary_rule(name: str):
-    def rule(em: Emitter, op: Op) -> None:
-        dtype = _tile_type(op.operands[0]).dtype
+    def rule(em: Emitter, op: ops.Binary) -> None:
+        dtype = _tile_type(op.lhs).dtype
         fn = sc.BINARY[name]
         _elementwise(em, op, lambda b, xs: fn(b, dtype, xs[0], xs[1]))
 
@@ -85,27 +85,29 @@ def _binary_rule(name: str):
 
 
 def _compare_rule(pred: str):
-    def rule(em: Emitter, op: Op) -> None:
-        dtype = _tile_type(op.operands[0]).dtype
+    def rule(em: Emitter, op: ops.Compare) -> None:
+        dtype = _tile_type(op.lhs).dtype
         _elementwise(em, op, lambda b, xs: sc.compare(b, pred, dtype, xs[0], xs[1]))
 
     return rule
 
 
-def _unary_rule(name: str):
-    def rule(em: Emitter, op: Op) -> None:
-        dtype = _tile_type(op.operands[0]).dtype
-        _elementwise(em, op, lambda b, xs: sc.unary(b, name, dtype, xs[0]))
+def _unary_rule(kind: type[Op]):
+    def rule(em: Emitter, op: ops.Unary) -> None:
+        dtype = _tile_type(op.x).dtype
+        _elementwise(em, op, lambda b, xs: sc.unary(b, kind, dtype, xs[0]))
 
     return rule
 
 
+# `sc.BINARY` is keyed by combiner name and `sc.compare` by predicate: for these ops, the
+# op's own name.
 for _k in ops.BINARY_OPS:
     lowering(_k)(_binary_rule(_k.NAME))
 for _k in ops.COMPARE_OPS:
     lowering(_k)(_compare_rule(_k.NAME))
 for _k in ops.UNARY_OPS:
-    lowering(_k)(_unary_rule(_k.NAME))
+    lowering(_k)(_unary_rule(_k))
 
 
 @lowering(ops.Where)
@@ -114,17 +116,17 @@ def _where(em: Emitter, op: Op) -> None:
 
 
 @lowering(ops.Cast)
-def _cast(em: Emitter, op: Op) -> None:
-    src = _tile_type(op.operands[0]).dtype
+def _cast(em: Emitter, op: ops.Cast) -> None:
+    src = _tile_type(op.x).dtype
     dst = _tile_type(op.result).dtype
     _elementwise(em, op, lambda b, xs: sc.cast(b, src, dst, xs[0]))
 
 
 @lowering(ops.Broadcast)
-def _broadcast(em: Emitter, op: Op) -> None:
-    x = em.tile(op.operands[0])
-    src_t, dst_t = _tile_type(op.operands[0]), _tile_type(op.result)
-    axes: tuple[int | None, ...] = op.attrs["src_axes"]
+def _broadcast(em: Emitter, op: ops.Broadcast) -> None:
+    x = em.tile(op.x)
+    src_t, dst_t = _tile_type(op.x), _tile_type(op.result)
+    axes: tuple[int | None, ...] = op.src_axes
     identity = axes == tuple(range(src_t.rank)) and src_t.shape == dst_t.shape
     if isinstance(x, Arr):
         strides = tuple(0 if a is None or src_t.shape[a] == 1 else x.strides[a] for a in axes)
@@ -153,10 +155,10 @@ def _clamp(em: Emitter, i: ir.Value, extent: int, what: str) -> ir.Value:
 
 
 @lowering(ops.Extract)
-def _extract(em: Emitter, op: Op) -> None:
-    x = em.tile(op.operands[0])
-    t = _tile_type(op.operands[0])
-    idxs = [em.idx(v) for v in op.operands[1:]]
+def _extract(em: Emitter, op: ops.Extract) -> None:
+    x = em.tile(op.x)
+    t = _tile_type(op.x)
+    idxs = [em.idx(v) for v in op.indices]
     where = f"extract index out of range at {em.loc_of(op)}"
     uniform = x.uniform and all(i.uniform for i in idxs)
     if all(i.uniform for i in idxs):
@@ -177,10 +179,10 @@ def _extract(em: Emitter, op: Op) -> None:
 
 
 @lowering(ops.Take)
-def _take(em: Emitter, op: Op) -> None:
-    x = em.tile(op.operands[0])
-    i = em.idx(op.operands[1])
-    axis: int = op.attrs["axis"]
+def _take(em: Emitter, op: ops.Take) -> None:
+    x = em.tile(op.x)
+    i = em.idx(op.index)
+    axis: int = op.axis
     t = _tile_type(op.result)
     if isinstance(x, Arr) and i.uniform:
         off = em.b.mul(i.value, c64(x.strides[axis]))

@@ -14,8 +14,8 @@ from tilenest.ir.core import Op
 I64 = sc.I64
 
 
-def _operands(em: Emitter, op: Op) -> tuple[Idx, Idx, ir.Value, ir.Value, bool]:
-    a, b = em.idx(op.operands[0]), em.idx(op.operands[1])
+def _operands(em: Emitter, op: ops.IndexBinary) -> tuple[Idx, Idx, ir.Value, ir.Value, bool]:
+    a, b = em.idx(op.lhs), em.idx(op.rhs)
     uniform = a.uniform and b.uniform
     if uniform:
         return a, b, a.value, b.value, True
@@ -30,8 +30,8 @@ def _combine(a: Idx, b: Idx, fn) -> tuple[int | None, int | None]:
 
 
 @lowering(ops.IndexConst)
-def _const(em: Emitter, op: Op) -> None:
-    v = op.attrs["value"]
+def _const(em: Emitter, op: ops.IndexConst) -> None:
+    v = op.value
     em.env[op.result] = Idx(c64(v), True, v, v)
 
 
@@ -103,10 +103,9 @@ def _mod(em: Emitter, op: Op) -> None:
 
 
 @lowering(ops.IndexCmp)
-def _cmp(em: Emitter, op: Op) -> None:
-    a, b = em.idx(op.operands[0]), em.idx(op.operands[1])
-    pred = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[
-        op.attrs["pred"]]
+def _cmp(em: Emitter, op: ops.IndexCmp) -> None:
+    a, b = em.idx(op.lhs), em.idx(op.rhs)
+    pred = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[op.pred]
 
     def emit(bld: ir.IRBuilder, coords: list[ir.Value], lane: ir.Value | None) -> ir.Value:
         return bld.icmp_signed(pred, em.idx_lane(a, lane), em.idx_lane(b, lane))
@@ -116,8 +115,8 @@ def _cmp(em: Emitter, op: Op) -> None:
 
 
 @lowering(ops.IndexToTile)
-def _to_tile(em: Emitter, op: Op) -> None:
-    a = em.idx(op.operands[0])
+def _to_tile(em: Emitter, op: ops.IndexToTile) -> None:
+    a = em.idx(op.index)
     dtype = op.result.type.dtype
     from tilenest.ir.dtypes import i64
 

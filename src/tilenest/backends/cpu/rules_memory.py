@@ -16,14 +16,13 @@ from tilenest.backends.cpu.emitter import Emitter, c64
 from tilenest.backends.cpu.reprs import Arr, Idx, Tile
 from tilenest.backends.cpu.rules import lowering
 from tilenest.ir import ops
-from tilenest.ir.core import Op
 from tilenest.ir.types import TensorType, TileType
 
 
-def _tensor_view(em: Emitter, op: Op) -> tuple[TensorType, ir.Value]:
-    t = op.operands[0].type
+def _tensor_view(em: Emitter, op: ops.Memory) -> tuple[TensorType, ir.Value]:
+    t = op.tensor_type
     assert isinstance(t, TensorType)
-    return t, em.params[op.operands[0]]
+    return t, em.params[op.tensor]
 
 
 def _in_bounds_proven(origins: list[Idx], shape: tuple[int | None, ...],
@@ -42,10 +41,10 @@ def _kept_axes(shape: tuple[int | None, ...]) -> list[int]:
 class Region:
     """A tensor region at run time: per-lane origins, the box, the memory view."""
 
-    def __init__(self, em: Emitter, op: Op, origins: list[Idx]) -> None:
+    def __init__(self, em: Emitter, op: ops.Memory, origins: list[Idx]) -> None:
         self.em = em
         self.tensor, self.base = _tensor_view(em, op)
-        self.shape: tuple[int | None, ...] = op.attrs["shape"]
+        self.shape: tuple[int | None, ...] = op.shape
         self.origins = origins
         self.kept = _kept_axes(self.shape)
         self.extents = tuple(e for e in self.shape if e is not None)
@@ -109,8 +108,8 @@ class Region:
 
 
 @lowering(ops.Load)
-def _load(em: Emitter, op: Op) -> None:
-    region = Region(em, op, [em.idx(v) for v in op.operands[1:]])
+def _load(em: Emitter, op: ops.Load) -> None:
+    region = Region(em, op, [em.idx(v) for v in op.indices])
     t = op.result.type
     assert isinstance(t, TileType)
     if region.proven and region.uniform and em.facts.may_stream(op):
@@ -120,7 +119,7 @@ def _load(em: Emitter, op: Op) -> None:
         em.env[op.result] = view
         return
     dst = em.new_array(t.dtype, t.shape, region.uniform, owner=op.result)
-    fill = sc.const(t.dtype, op.attrs["fill"])
+    fill = sc.const(t.dtype, op.fill)
     b = em.b
 
     def one_lane(lane: ir.Value | None) -> None:
@@ -142,11 +141,9 @@ def _load(em: Emitter, op: Op) -> None:
 
 
 @lowering(ops.Store)
-def _store(em: Emitter, op: Op) -> None:
-    tensor_t = op.operands[0].type
-    assert isinstance(tensor_t, TensorType)
-    region = Region(em, op, [em.idx(v) for v in op.operands[1:1 + tensor_t.rank]])
-    value: Tile = em.tile(op.operands[-1])
+def _store(em: Emitter, op: ops.Store) -> None:
+    region = Region(em, op, [em.idx(v) for v in op.indices])
+    value: Tile = em.tile(op.value)
     b = em.b
     streamed = _streams(em, region)
     cold = any(getattr(leaf, "cold", False) for leaf in value.leaves())

@@ -20,9 +20,7 @@ from tilenest.backends.cpu.microkernel import Microkernel, register_block
 from tilenest.backends.cpu.reprs import Arr, Recipe, Tile
 from tilenest.backends.cpu.rules import lowering
 from tilenest.ir import ops
-from tilenest.ir.core import Op
 from tilenest.ir.dtypes import DType, accumulation_type
-from tilenest.ir.ops import mma_roles
 from tilenest.ir.types import Dim, TileType
 
 
@@ -58,14 +56,14 @@ def _mul_add(em: Emitter, work: DType, c: ir.Value, a: ir.Value, b_: ir.Value) -
 
 
 @lowering(ops.Mma)
-def _mma(em: Emitter, op: Op) -> None:
-    ta, tb, tc = (v.type for v in op.operands)
+def _mma(em: Emitter, op: ops.Mma) -> None:
+    ta, tb, tc = op.a.type, op.b.type, op.acc.type
     assert isinstance(ta, TileType) and isinstance(tb, TileType) and isinstance(tc, TileType)
-    batch, ms, ns, ks = mma_roles(ta, tb, tc)
+    batch, ms, ns, ks = op.roles()
     work = accumulation_type(ta.dtype, tb.dtype, tc.dtype)
     # The microkernel packs from the operands' own dtype (one pass converts and packs).
-    a, bm = (_materialized(em, em.tile(v)) for v in op.operands[:2])
-    acc_value = op.operands[2]
+    a, bm = (_materialized(em, em.tile(v)) for v in (op.a, op.b))
+    acc_value = op.acc
     acc = em.tile(acc_value)
     uniform = a.uniform and bm.uniform and acc.uniform
     in_place = (isinstance(acc, Arr) and acc.owner is acc_value and acc.space == "private"
@@ -130,7 +128,7 @@ def _ordered(em: Emitter, a: Tile, bm: Tile, out: Arr, types: tuple, roles: tupl
     loops([*batch, *ms, k], lambda: loops(list(ns), innermost))
 
 
-def _microkernel(em: Emitter, op: Op, a: Tile, bm: Tile, out: Arr, roles: tuple,
+def _microkernel(em: Emitter, op: ops.Mma, a: Tile, bm: Tile, out: Arr, roles: tuple,
                  work: DType) -> bool:
     """The register-blocked atom (microkernel.py) where it applies: one m and one n dim,
     every operand uniform (one program per packet), float work, the accumulator's n axis
@@ -142,7 +140,7 @@ def _microkernel(em: Emitter, op: Op, a: Tile, bm: Tile, out: Arr, roles: tuple,
         return False
     if not isinstance(a, Arr) or not isinstance(bm, Arr):
         return False
-    ta, tb, tc = (v.type for v in op.operands)
+    ta, tb, tc = op.a.type, op.b.type, op.acc.type
     (m,), (n,), (k,) = ms, ns, ks
     M, N, K = tc.extent_of(m), tc.extent_of(n), ta.extent_of(k)
     width = em.facts.packet_width(work)

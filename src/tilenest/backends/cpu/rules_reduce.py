@@ -24,11 +24,12 @@ from tilenest.backends.cpu.reprs import Arr, Idx, Recipe, Tile
 from tilenest.backends.cpu.rules import lower_op, lowering
 from tilenest.backends.cpu.rules_regions import ordered_loop
 from tilenest.ir import ops
-from tilenest.ir.core import Op, Value
+from tilenest.ir.core import Value
 from tilenest.ir.types import TileType
 
 
 def _combine(b: ir.IRBuilder, name: str, dtype, x: ir.Value, y: ir.Value) -> ir.Value:
+    """`x ⊕ y` by the combiner called `name` (the name of the state's combine op)."""
     return sc.BINARY[name](b, dtype, x, y)
 
 
@@ -88,7 +89,7 @@ def _balanced_merge(em: Emitter, name: str, bufs: list[Arr]) -> Arr:
     return level[0]
 
 
-def _finish(em: Emitter, op: Op, state: ClosedState, init: Tile, merged: Arr | None) -> Arr:
+def _finish(em: Emitter, op: ops.Reduce, state: ClosedState, init: Tile, merged: Arr | None) -> Arr:
     t = op.results[state.position].type
     assert isinstance(t, TileType)
     out = em.new_array(t.dtype, t.shape, init.uniform and (merged is None or merged.uniform),
@@ -102,10 +103,10 @@ def _finish(em: Emitter, op: Op, state: ClosedState, init: Tile, merged: Arr | N
     return out
 
 
-def _fast_axis(em: Emitter, op: Op, take: Op, state: ClosedState) -> bool:
-    x = em.tile(take.operands[0])
-    axis = take.attrs["axis"]
-    xt = take.operands[0].type
+def _fast_axis(em: Emitter, op: ops.Reduce, take: ops.Take, state: ClosedState) -> bool:
+    x = em.tile(take.x)
+    axis = take.axis
+    xt = take.x.type
     assert isinstance(xt, TileType)
     t = op.results[0].type
     assert isinstance(t, TileType)
@@ -116,7 +117,7 @@ def _fast_axis(em: Emitter, op: Op, take: Op, state: ClosedState) -> bool:
     n = xt.shape[axis]
     p = em.plan.reduction_partitions
     name = state.combine.name
-    init = em.tile(op.operands[0])
+    init = em.tile(op.inits[0])
     out = em.new_array(t.dtype, t.shape, True, owner=op.results[0])
     b = em.b
     elem = sc.reg_type(t.dtype)
@@ -232,7 +233,8 @@ def _finish_row(em: Emitter, name: str, dtype, parts: list[ir.Value], n: int, el
 FUSED_COMBINES = frozenset({"add", "mul"})
 
 
-def _fusable_reduction(em: Emitter, v: Value, r: Recipe) -> tuple[Op, ClosedState] | None:
+def _fusable_reduction(em: Emitter, v: Value, r: Recipe
+                       ) -> tuple[ops.Reduce, ClosedState] | None:
     """The closed unordered axis reduction over `v`'s last axis in `v`'s own region that
     `_fast_axis` would take (f32/f64 sums and products of a tile uniform across the
     packet, at least P contributions per row), or None (`families.fusable_reductions` is
@@ -248,9 +250,9 @@ def _fusable_reduction(em: Emitter, v: Value, r: Recipe) -> tuple[Op, ClosedStat
     for user in em.facts.uses.users(v):
         body = user.parent
         red = body.parent if body is not None else None
-        if (user.name != "take" or red is None or red.name != "reduce"
-                or red.parent is not region_of(v) or red.attrs["order"] != "unordered_tree"
-                or user.attrs["axis"] != t.rank - 1):
+        if (not isinstance(user, ops.Take) or not isinstance(red, ops.Reduce)
+                or red.parent is not region_of(v) or red.order != "unordered_tree"
+                or user.axis != t.rank - 1):
             continue
         closed = closed_states(red)
         fast = axis_reduction(red, closed) if closed else None
@@ -335,13 +337,13 @@ def materialize_with_reduction(em: Emitter, v: Value, r: Recipe) -> Arr | None:
     return dst
 
 
-def _finish_fused(em: Emitter, op: Op) -> None:
+def _finish_fused(em: Emitter, op: ops.Reduce) -> None:
     """The reduce whose partials `materialize_with_reduction` accumulated: tail, tree,
     initial value, as `_fast_axis` ends."""
     partials, x = em.fused_partials.pop(op)
     t = op.results[0].type
     assert isinstance(t, TileType)
-    init = em.tile(op.operands[0])
+    init = em.tile(op.inits[0])
     out = em.new_array(t.dtype, t.shape, True, owner=op.results[0])
     b = em.b
     name = closed_states(op)[0].combine.name
@@ -360,7 +362,7 @@ def _finish_fused(em: Emitter, op: Op) -> None:
 class _Partitions:
     """`count` partial buffers for one closed state, in one partition-major allocation."""
 
-    def __init__(self, em: Emitter, op: Op, state: ClosedState, count: int) -> None:
+    def __init__(self, em: Emitter, op: ops.Reduce, state: ClosedState, count: int) -> None:
         t = op.results[state.position].type
         assert isinstance(t, TileType)
         self.em, self.state, self.count = em, state, count
@@ -391,8 +393,8 @@ class _Partitions:
 
 
 @lowering(ops.Reduce)
-def _reduce(em: Emitter, op: Op) -> None:
-    order = op.attrs["order"]
+def _reduce(em: Emitter, op: ops.Reduce) -> None:
+    order = op.order
     if order in ("fold_left", "fold_right"):
         ordered_loop(em, op, reverse=order == "fold_right")
         return
@@ -409,14 +411,15 @@ def _reduce(em: Emitter, op: Op) -> None:
     _partitioned(em, op, closed, order)
 
 
-def _partitioned(em: Emitter, op: Op, closed: dict[int, ClosedState], order: str) -> None:
-    domain = op.attrs["domain"]
+def _partitioned(em: Emitter, op: ops.Reduce, closed: dict[int, ClosedState],
+                 order: str) -> None:
+    domain = op.domain
     n = _flat_extent(domain)
     body = op.body
-    n_idx = len(domain)
+    coords, carried = op.coords, op.carried
     parts = n if order == "ordered_tree" else min(n, em.plan.reduction_partitions)
     p = n if order == "ordered_tree" else em.plan.reduction_partitions
-    open_pos = [i for i in range(len(op.operands)) if i not in closed]
+    open_pos = [i for i in range(len(op.inits)) if i not in closed]
     carries = Carries(em, op, open_pos)
     partitions = {pos: _Partitions(em, op, st, parts) for pos, st in closed.items()}
     combines = {st.combine: st for st in closed.values()}
@@ -425,12 +428,12 @@ def _partitioned(em: Emitter, op: Op, closed: dict[int, ClosedState], order: str
     b.store(c64(0), counter)
 
     def iteration(indices: list[Idx]) -> None:
-        for arg, i in zip(body.args[:n_idx], indices, strict=True):
+        for arg, i in zip(coords, indices, strict=True):
             em.env[arg] = i
-        carries.bind_args(body.args[n_idx:])
+        carries.bind_args(carried)
         flat = b.load(counter)
         for inner in body.ops:
-            if inner.name == "yield":
+            if isinstance(inner, ops.Yield):
                 continue
             st = combines.get(inner)
             if st is None:
@@ -442,8 +445,8 @@ def _partitioned(em: Emitter, op: Op, closed: dict[int, ClosedState], order: str
             em.env[inner.result] = Recipe(contribution.dtype, contribution.shape, True,
                                           lambda bb, c, lane: ir.Constant(sc.I1, 0))
         term = body.terminator
-        assert term is not None
-        carries.update({pos: em.tile(term.operands[pos]) for pos in open_pos})
+        assert isinstance(term, ops.Yield)
+        carries.update({pos: em.tile(term.values[pos]) for pos in open_pos})
         b.store(b.add(flat, c64(1)), counter)
 
     domain_loop(em, domain, iteration)
@@ -452,6 +455,6 @@ def _partitioned(em: Emitter, op: Op, closed: dict[int, ClosedState], order: str
         arr.owner = op.results[pos]
         em.env[op.results[pos]] = arr
     for pos, st in closed.items():
-        init = em.tile(op.operands[pos])
+        init = em.tile(op.inits[pos])
         merged = _merge(em, st.combine.name, partitions[pos]) if parts else None
         em.env[op.results[pos]] = _finish(em, op, st, init, merged)

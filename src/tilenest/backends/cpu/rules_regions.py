@@ -24,52 +24,51 @@ def _stage(em: Emitter, op: Op) -> None:
 
 
 @lowering(ops.Parallel)
-def _parallel(em: Emitter, op: Op) -> None:
+def _parallel(em: Emitter, op: ops.Parallel) -> None:
     body = op.body
 
     def iteration(indices: list[Idx]) -> None:
-        for arg, i in zip(body.args, indices, strict=False):
+        for arg, i in zip(op.coords, indices, strict=False):
             em.env[arg] = i
         lower_ops(em, body.ops)
 
-    domain_loop(em, op.attrs["domain"], iteration)
+    domain_loop(em, op.domain, iteration)
 
 
-def ordered_loop(em: Emitter, op: Op, reverse: bool = False) -> None:
+def ordered_loop(em: Emitter, op: ops.RegionOp, reverse: bool = False) -> None:
     """serial / pipeline / strict reduce: carried values in a (reverse) lexicographic loop."""
     body = op.body
-    n_idx = len(op.attrs["domain"])
-    carries = Carries(em, op, list(range(len(op.operands))))
-    carry_args = body.args[n_idx:]
+    carries = Carries(em, op, list(range(len(op.inits))))
+    coords, carry_args = op.coords, op.carried
 
     def iteration(indices: list[Idx]) -> None:
-        for arg, i in zip(body.args[:n_idx], indices, strict=True):
+        for arg, i in zip(coords, indices, strict=True):
             em.env[arg] = i
         carries.bind_args(carry_args)
         lower_ops(em, body.ops)
         term = body.terminator
-        assert term is not None
-        carries.update({pos: em.tile(v) for pos, v in enumerate(term.operands)})
+        assert isinstance(term, ops.Yield)
+        carries.update({pos: em.tile(v) for pos, v in enumerate(term.values)})
 
-    domain_loop(em, op.attrs["domain"], iteration, reverse=reverse)
+    domain_loop(em, op.domain, iteration, reverse=reverse)
     for pos, arr in carries.results().items():
         arr.owner = op.results[pos]
         em.env[op.results[pos]] = arr
 
 
 @lowering(ops.Serial, ops.Pipeline)
-def _serial(em: Emitter, op: Op) -> None:
+def _serial(em: Emitter, op: ops.RegionOp) -> None:
     ordered_loop(em, op)
 
 
-def _fusable(em: Emitter, op: Op) -> bool:
+def _fusable(em: Emitter, op: ops.Map) -> bool:
     from tilenest.backends.cpu.rules_elementwise import REREADING
 
     user = em.facts.uses.single_local_use(op.result)
-    return em.plan.fuse_elementwise and user is not None and user.name not in REREADING
+    return em.plan.fuse_elementwise and user is not None and not isinstance(user, REREADING)
 
 
-def _element(em: Emitter, op: Op, ins: list, coords: list[ir.Value],
+def _element(em: Emitter, op: ops.Map, ins: list, coords: list[ir.Value],
              lane: ir.Value | None) -> list[ir.Value]:
     """The scalar body of a `map` at one element: its yielded register values."""
     body = op.body
@@ -79,15 +78,15 @@ def _element(em: Emitter, op: Op, ins: list, coords: list[ir.Value],
         em.env[arg] = Recipe(x.dtype, (), True, lambda bb, c, ln, v=value: v)
     lower_ops(em, body.ops)
     term = body.terminator
-    assert term is not None
-    return [em.tile(v).load(b, [], None) for v in term.operands]
+    assert isinstance(term, ops.Yield)
+    return [em.tile(v).load(b, [], None) for v in term.values]
 
 
 @lowering(ops.Map)
-def _map(em: Emitter, op: Op) -> None:
+def _map(em: Emitter, op: ops.Map) -> None:
     """One loop over the layout; the scalar body is emitted inside it for each element."""
-    ins = [em.tile(v) for v in op.operands]
-    first = op.operands[0].type
+    ins = [em.tile(v) for v in op.inputs]
+    first = op.inputs[0].type
     assert isinstance(first, TileType)
     uniform = all(x.uniform for x in ins)
     b = em.b

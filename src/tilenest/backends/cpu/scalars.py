@@ -15,6 +15,8 @@ from collections.abc import Callable
 from llvmlite import ir
 
 from tilenest.errors import BackendError
+from tilenest.ir import ops
+from tilenest.ir.core import Op
 from tilenest.ir.dtypes import DType
 
 I1, I8, I16, I32, I64 = (ir.IntType(b) for b in (1, 8, 16, 32, 64))
@@ -182,6 +184,7 @@ def saturating_float_to_int(b: ir.IRBuilder, dst: DType, v: ir.Value) -> ir.Valu
 # ---------------------------------------------------------------------------- binary ops
 
 Binary = Callable[[ir.IRBuilder, DType, ir.Value, ir.Value], ir.Value]
+# Keyed by name: reductions combine by their combiner's name (rules_reduce.py).
 BINARY: dict[str, Binary] = {}
 
 
@@ -415,21 +418,49 @@ def compare(b: ir.IRBuilder, pred: str, dtype: DType, x: ir.Value, y: ir.Value) 
 # ---------------------------------------------------------------------------- unary ops
 
 
-def unary(b: ir.IRBuilder, name: str, dtype: DType, x: ir.Value) -> ir.Value:
-    if name == "neg":
-        return b.fneg(x) if dtype.is_float else b.sub(ir.Constant(x.type, 0), x)
-    if name == "abs":
-        if dtype.is_float:
-            return _intrinsic(b, "llvm.fabs", x)
-        if dtype.kind == "uint":
-            return x
-        neg = b.icmp_signed("<", x, ir.Constant(x.type, 0))
-        return b.select(neg, b.sub(ir.Constant(x.type, 0), x), x)
-    if name == "not":
-        return b.xor(x, ir.Constant(x.type, -1 if not dtype.is_bool else 1))
-    if name in ("sqrt", "rsqrt", "exp", "log", "tanh", "sigmoid"):
+Unary = Callable[[ir.IRBuilder, DType, ir.Value], ir.Value]
+
+
+def _neg(b: ir.IRBuilder, dtype: DType, x: ir.Value) -> ir.Value:
+    return b.fneg(x) if dtype.is_float else b.sub(ir.Constant(x.type, 0), x)
+
+
+def _abs(b: ir.IRBuilder, dtype: DType, x: ir.Value) -> ir.Value:
+    if dtype.is_float:
+        return _intrinsic(b, "llvm.fabs", x)
+    if dtype.kind == "uint":
+        return x
+    neg = b.icmp_signed("<", x, ir.Constant(x.type, 0))
+    return b.select(neg, b.sub(ir.Constant(x.type, 0), x), x)
+
+
+def _not(b: ir.IRBuilder, dtype: DType, x: ir.Value) -> ir.Value:
+    return b.xor(x, ir.Constant(x.type, -1 if not dtype.is_bool else 1))
+
+
+def _math(name: str) -> Unary:
+    """A call of the vecmath function `name` (vecmath.py), rounded to the dtype."""
+
+    def emit(b: ir.IRBuilder, dtype: DType, x: ir.Value) -> ir.Value:
         from tilenest.backends.cpu.vecmath import math_function
 
         fn = math_function(b.module, name, x.type)
         return round_to(b, dtype, b.call(fn, [x]))
-    raise BackendError(f"no CPU lowering for unary op '{name}'", loc=None)
+
+    return emit
+
+
+# Math ops lower to the vecmath function of the op's name.
+UNARY: dict[type[Op], Unary] = {
+    ops.Neg: _neg, ops.Abs: _abs, ops.Not: _not,
+    **{k: _math(k.NAME) for k in (ops.Sqrt, ops.Rsqrt, ops.Exp, ops.Log, ops.Tanh,
+                                  ops.Sigmoid)},
+}
+
+
+def unary(b: ir.IRBuilder, kind: type[Op], dtype: DType, x: ir.Value) -> ir.Value:
+    """The unary op `kind` (an op class of `ops.UNARY_OPS`) on a register value."""
+    emit = UNARY.get(kind)
+    if emit is None:
+        raise BackendError(f"no CPU lowering for unary op '{kind.NAME}'", loc=None)
+    return emit(b, dtype, x)

@@ -35,6 +35,7 @@ from tilenest.backends.cpu.families import choose as choose_families
 from tilenest.backends.cpu.jit import host_info
 from tilenest.backends.cpu.plan import CpuPlan, default_partitions, validate
 from tilenest.errors import ArgumentError, BackendError
+from tilenest.ir import ops
 from tilenest.ir.core import Function
 from tilenest.numerics import as_policy
 from tilenest.plan.constraints import Constraints
@@ -266,9 +267,9 @@ class CpuTargetInfo:
                                     _type_bytes(instr.allocated_type.element))
                      for f in emitted.module.functions for block in f.blocks
                      for instr in block.instructions if isinstance(instr, ir.AllocaInstr)]
-            loads = [op for op in fn.walk() if op.name == "load"]
+            loads = [op for op in fn.walk() if isinstance(op, ops.Load)]
             stored = UseInfo.of(fn).stored_params
-            eligible = sum(1 for op in loads if p.stream_loads and op.operands[0] not in stored)
+            eligible = sum(1 for op in loads if p.stream_loads and op.tensor not in stored)
             self._resources[lanes] = summarize(sites, streamed_loads=eligible,
                                                snapshot_loads=len(loads) - eligible)
         return self._resources[lanes]
@@ -310,13 +311,13 @@ class CpuTargetInfo:
             atoms, reps, windows = [], [], []
             for op in fn.walk():
                 where = str(op.loc) if op.loc else op.name
-                if op.name == "mma":
+                if isinstance(op, ops.Mma):
                     atoms.append(Atom(where, p.matrix_atom))
-                elif op.name == "load":
-                    eligible = p.stream_loads and op.operands[0] not in stored
+                elif isinstance(op, ops.Load):
+                    eligible = p.stream_loads and op.tensor not in stored
                     reps.append((where, "stream-if-disjoint" if eligible else "snapshot"))
-                elif op.name == "pipeline":
-                    windows.append((where, int(op.attrs["window"])))
+                elif isinstance(op, ops.Pipeline):
+                    windows.append((where, int(op.window)))
             tables = self._completion[key] = (
                 tuple(atoms), tuple(reps), Schedule(p.reduction_partitions, tuple(windows)))
         atoms_, reps_, schedule = tables

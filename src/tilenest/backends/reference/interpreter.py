@@ -2,7 +2,7 @@
 
 Values: an index is a Python int; a Tile is a numpy array whose axes follow its TileType dims
 (rank 0 → a 0-d array), held as `Numerics.holder` of its dtype. Each op is evaluated by the
-rule registered for its name (see `registry`); an op without a rule fails closed.
+rule registered for its class (see `registry`); an op without a rule fails closed.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from tilenest.backends.reference.numerics import PRECISIONS, Numerics
 from tilenest.backends.reference.races import RaceTracker
 from tilenest.backends.reference.registry import EVAL_RULES
 from tilenest.errors import ArgumentError, BackendError
+from tilenest.ir import ops
 from tilenest.ir.core import Function, Op, Region, Value
 
 ORDERS = ("forward", "reverse", "shuffle")
@@ -59,7 +60,7 @@ class Interpreter:
             self.env[arg] = value
         for op in region.ops:
             operands = [self._value(op, v) for v in op.operands]
-            if op.name == "yield":
+            if isinstance(op, ops.Yield):
                 return operands
             override = self.overrides.get(op)
             if override is not None:
@@ -117,7 +118,7 @@ def run_function(
     if instances is not None:
         if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
             raise ArgumentError(f"instances must be a positive int, got {instances!r}")
-        roots = [op for op in fn.body.ops if op.name == "parallel"]
+        roots = [op for op in fn.body.ops if isinstance(op, ops.Parallel)]
         interp.sampled = roots[-1] if roots else None
         interp.sample_size = instances
         interp.written = {name: np.zeros(t.shape, bool) for name, t in tensors.items()}

@@ -18,6 +18,7 @@ import numpy as np
 
 from tilenest.backends.reference.memory import Box, TensorArg, element_addresses
 from tilenest.errors import RaceError
+from tilenest.ir import ops
 from tilenest.ir.core import Op
 
 _NONE = np.int32(-1)  # child ordinals fit in int32; halves the shadow memory
@@ -53,7 +54,7 @@ class _Shadow:
 
 @dataclass
 class _Scope:
-    op: Op
+    op: ops.Parallel
     extents: tuple[int, ...]
     child: int = -1
 
@@ -80,8 +81,8 @@ def _group_arguments(args: list[TensorArg]) -> dict[str, _Group]:
     return by_name
 
 
-def _describe_scope(op: Op) -> str:
-    dims = ", ".join(f"{d.describe()}: {e}" for d, e in op.attrs["domain"])
+def _describe_scope(op: ops.Parallel) -> str:
+    dims = ", ".join(f"{d.describe()}: {e}" for d, e in op.domain)
     where = ""
     if op.loc is not None:
         source = op.loc.line.strip()
@@ -99,7 +100,7 @@ class RaceTracker:
 
     # -------------------------------------------------------------- scope structure
 
-    def enter(self, op: Op, extents: tuple[int, ...]) -> None:
+    def enter(self, op: ops.Parallel, extents: tuple[int, ...]) -> None:
         self.scopes.append(_Scope(op, extents))
 
     def set_child(self, ordinal: int) -> None:

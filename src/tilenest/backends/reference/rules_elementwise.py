@@ -64,6 +64,7 @@ def _extremum(a: np.ndarray, b: np.ndarray, *, largest: bool) -> np.ndarray:
     return np.where(np.isnan(a) | np.isnan(b), np.array(np.nan, dtype=dtype), out)
 
 
+# Keyed by name: reductions combine by their combiner's name too (`apply_binary`).
 BINARY: dict[str, Binary] = {
     "add": np.add,
     "sub": np.subtract,
@@ -78,10 +79,10 @@ BINARY: dict[str, Binary] = {
     "xor": np.bitwise_xor,
 }
 
-EXACT_UNARY: dict[str, Unary] = {
-    "neg": np.negative,
-    "abs": np.abs,
-    "not": np.invert,  # logical on bool
+EXACT_UNARY: dict[type[Op], Unary] = {
+    ops.Neg: np.negative,
+    ops.Abs: np.abs,
+    ops.Not: np.invert,  # logical on bool
 }
 
 
@@ -95,22 +96,22 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 # Computed in float64 and rounded once to the declared type: the result is then independent
 # of numpy's vectorized float32 kernels and of the CPU they run on.
-MATH_UNARY: dict[str, Unary] = {
-    "exp": np.exp,
-    "log": np.log,
-    "sqrt": np.sqrt,
-    "rsqrt": _rsqrt,
-    "tanh": np.tanh,
-    "sigmoid": _sigmoid,
+MATH_UNARY: dict[type[Op], Unary] = {
+    ops.Exp: np.exp,
+    ops.Log: np.log,
+    ops.Sqrt: np.sqrt,
+    ops.Rsqrt: _rsqrt,
+    ops.Tanh: np.tanh,
+    ops.Sigmoid: _sigmoid,
 }
 
-COMPARE: dict[str, Binary] = {
-    "eq": np.equal,
-    "ne": np.not_equal,
-    "lt": np.less,
-    "le": np.less_equal,
-    "gt": np.greater,
-    "ge": np.greater_equal,
+COMPARE: dict[type[Op], Binary] = {
+    ops.Eq: np.equal,
+    ops.Ne: np.not_equal,
+    ops.Lt: np.less,
+    ops.Le: np.less_equal,
+    ops.Gt: np.greater,
+    ops.Ge: np.greater_equal,
 }
 
 
@@ -128,29 +129,30 @@ def apply_binary(ctx: Interpreter, name: str, a: np.ndarray, b: np.ndarray,
 
 def _binary_rule(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     a, b = operands
+    # `BINARY` is keyed by combiner name, which is the binary op's name.
     return [apply_binary(ctx, op.name, a, b, result_dtype(op))]
 
 
 def _exact_unary_rule(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
-    return [ctx.num.finish(EXACT_UNARY[op.name](operands[0]), result_dtype(op))]
+    return [ctx.num.finish(EXACT_UNARY[type(op)](operands[0]), result_dtype(op))]
 
 
 def _math_unary_rule(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     wide = np.asarray(operands[0], dtype=np.float64)
-    return [ctx.num.finish(MATH_UNARY[op.name](wide), result_dtype(op))]
+    return [ctx.num.finish(MATH_UNARY[type(op)](wide), result_dtype(op))]
 
 
 def _compare_rule(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     a, b = operands
-    return [np.asarray(COMPARE[op.name](a, b), dtype=np.bool_)]
+    return [np.asarray(COMPARE[type(op)](a, b), dtype=np.bool_)]
 
 
-# The tables above are keyed by op name (reductions combine by name too); their rules are
-# registered for the op classes those names define.
+# `BINARY` is keyed by name (reductions combine by name too): its rule is registered for
+# the op classes those names define; the other tables are keyed by op class.
 register_eval(*map(ops.by_name, BINARY))(_binary_rule)
-register_eval(*map(ops.by_name, EXACT_UNARY))(_exact_unary_rule)
-register_eval(*map(ops.by_name, MATH_UNARY))(_math_unary_rule)
-register_eval(*map(ops.by_name, COMPARE))(_compare_rule)
+register_eval(*EXACT_UNARY)(_exact_unary_rule)
+register_eval(*MATH_UNARY)(_math_unary_rule)
+register_eval(*COMPARE)(_compare_rule)
 
 
 @register_eval(ops.Where)
@@ -160,7 +162,7 @@ def _where(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
 
 
 @register_eval(ops.Cast)
-def _cast(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
-    src = op.operands[0].type
+def _cast(ctx: Interpreter, op: ops.Cast, operands: list[Any]) -> list[Any]:
+    src = op.x.type
     assert isinstance(src, TileType)
     return [ctx.num.cast(np.asarray(operands[0]), src.dtype, result_dtype(op))]

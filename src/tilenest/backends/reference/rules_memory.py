@@ -10,7 +10,6 @@ from tilenest.backends.reference.memory import TensorArg, clip_region
 from tilenest.backends.reference.registry import register_eval
 from tilenest.errors import ArgumentError
 from tilenest.ir import ops
-from tilenest.ir.core import Op
 from tilenest.ir.types import TileType
 
 if TYPE_CHECKING:
@@ -18,14 +17,14 @@ if TYPE_CHECKING:
 
 
 @register_eval(ops.Load)
-def _load(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+def _load(ctx: Interpreter, op: ops.Load, operands: list[Any]) -> list[Any]:
     tensor: TensorArg = operands[0]
     origins: list[int] = operands[1:]
-    extents: tuple[int | None, ...] = op.attrs["shape"]
+    extents: tuple[int | None, ...] = op.shape
     t = op.results[0].type
     assert isinstance(t, TileType)
     # A fresh array: the Tile is a snapshot that later stores never change.
-    out = np.broadcast_to(ctx.num.scalar(op.attrs["fill"], t.dtype), t.shape).copy()
+    out = np.broadcast_to(ctx.num.scalar(op.fill, t.dtype), t.shape).copy()
     box = clip_region(tensor.shape, origins, extents)
     if box is None or out.size == 0:
         return [out]
@@ -37,11 +36,11 @@ def _load(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
 
 
 @register_eval(ops.Store)
-def _store(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+def _store(ctx: Interpreter, op: ops.Store, operands: list[Any]) -> list[Any]:
     tensor: TensorArg = operands[0]
     origins: list[int] = operands[1:-1]
     tile = np.asarray(operands[-1])
-    extents: tuple[int | None, ...] = op.attrs["shape"]
+    extents: tuple[int | None, ...] = op.shape
     box = clip_region(tensor.shape, origins, extents)
     if box is None or tile.size == 0:
         return []

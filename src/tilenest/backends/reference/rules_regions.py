@@ -22,16 +22,11 @@ from tilenest.backends.reference.reduction import (
 from tilenest.backends.reference.registry import register_eval
 from tilenest.backends.reference.rules_elementwise import apply_binary
 from tilenest.ir import ops
-from tilenest.ir.core import Op
 from tilenest.ir.ops import ELEMENTWISE, has_trait
 from tilenest.ir.types import TileType
 
 if TYPE_CHECKING:
     from tilenest.backends.reference.interpreter import Interpreter
-
-
-def domain_extents(op: Op) -> tuple[int, ...]:
-    return tuple(extent for _, extent in op.attrs["domain"])
 
 
 def lexicographic(extents: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -55,9 +50,9 @@ def sample_instances(extents: tuple[int, ...], k: int, rng: np.random.Generator)
 
 
 @register_eval(ops.Parallel)
-def _parallel(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+def _parallel(ctx: Interpreter, op: ops.Parallel, operands: list[Any]) -> list[Any]:
     """Independent instances, run one at a time in the order the run asks for."""
-    extents = domain_extents(op)
+    extents = op.extents
     coords = lexicographic(extents)
     ordinals: list[int] = list(range(len(coords)))
     if ctx.order == "reverse":
@@ -82,20 +77,20 @@ def _parallel(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
 
 
 @register_eval(ops.Serial, ops.Pipeline)
-def _ordered_loop(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+def _ordered_loop(ctx: Interpreter, op: ops.RegionOp, operands: list[Any]) -> list[Any]:
     """A totally ordered loop; pipeline window/interval are scheduling hints only."""
     carries = list(operands)
-    for coord in lexicographic(domain_extents(op)):
+    for coord in lexicographic(op.extents):
         carries = ctx.run_region(op.body, [*coord, *carries])
     return carries
 
 
 @register_eval(ops.Stage)
-def _stage(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+def _stage(ctx: Interpreter, op: ops.Stage, operands: list[Any]) -> list[Any]:
     return []
 
 
-def _closed_states(ctx: Interpreter, op: Op) -> dict[int, ClosedState]:
+def _closed_states(ctx: Interpreter, op: ops.Reduce) -> dict[int, ClosedState]:
     key = ("closed_states", op)
     if key not in ctx.memo:
         ctx.memo[key] = closed_states(op)
@@ -103,10 +98,10 @@ def _closed_states(ctx: Interpreter, op: Op) -> dict[int, ClosedState]:
 
 
 @register_eval(ops.Reduce)
-def _reduce(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+def _reduce(ctx: Interpreter, op: ops.Reduce, operands: list[Any]) -> list[Any]:
     """Strict folds keep (reverse) lexicographic order; tree contracts regroup closed states."""
-    contract = op.attrs.get("order", "unordered_tree")
-    coords = lexicographic(domain_extents(op))
+    contract = op.order
+    coords = lexicographic(op.extents)
     if contract == "fold_right":
         coords.reverse()
     closed = {} if contract in ("fold_left", "fold_right") else _closed_states(ctx, op)
@@ -137,7 +132,7 @@ def _reduce(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     return carries
 
 
-def _merge(ctx: Interpreter, op: Op, contract: str, state: ClosedState, init: Any,
+def _merge(ctx: Interpreter, op: ops.Reduce, contract: str, state: ClosedState, init: Any,
            items: list[Any]) -> Any:
     t = op.results[state.position].type
     assert isinstance(t, TileType)
@@ -155,19 +150,18 @@ def _merge(ctx: Interpreter, op: Op, contract: str, state: ClosedState, init: An
     return combine(init, total)
 
 
-_VECTOR_MAP_OPS = frozenset({"full", "yield"})
+_VECTOR_MAP_OPS = (ops.Full, ops.Yield, *ops.INDEX_OPS)
 
 
-def _vectorizable(op: Op) -> bool:
+def _vectorizable(op: ops.Map) -> bool:
     return all(
-        has_trait(inner, ELEMENTWISE) or inner.name in _VECTOR_MAP_OPS
-        or inner.name.startswith("index.")
+        has_trait(inner, ELEMENTWISE) or isinstance(inner, _VECTOR_MAP_OPS)
         for inner in op.body.walk()
     )
 
 
 @register_eval(ops.Map)
-def _map(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+def _map(ctx: Interpreter, op: ops.Map, operands: list[Any]) -> list[Any]:
     """A scalar body lifted over tiles of one layout: evaluated on whole arrays when every
     body op is elementwise, element by element otherwise."""
     shape = np.shape(operands[0])

@@ -12,7 +12,6 @@ from tilenest.errors import BackendError
 from tilenest.ir import ops
 from tilenest.ir.core import Op
 from tilenest.ir.dtypes import accumulation_type, i64
-from tilenest.ir.ops import mma_roles
 from tilenest.ir.types import Dim, TileType
 
 if TYPE_CHECKING:
@@ -21,12 +20,6 @@ if TYPE_CHECKING:
 
 def _tile_type(op: Op, i: int = 0) -> TileType:
     t = op.results[i].type
-    assert isinstance(t, TileType)
-    return t
-
-
-def _operand_tile_type(op: Op, i: int) -> TileType:
-    t = op.operands[i].type
     assert isinstance(t, TileType)
     return t
 
@@ -42,16 +35,17 @@ def _mod(a: int, b: int) -> int:
     return a % b
 
 
-INDEX_BINARY: dict[str, Callable[[int, int], int]] = {
-    "index.add": lambda a, b: a + b,
-    "index.sub": lambda a, b: a - b,
-    "index.mul": lambda a, b: a * b,
-    "index.floordiv": _floordiv,
-    "index.mod": _mod,
-    "index.min": min,
-    "index.max": max,
+INDEX_BINARY: dict[type[Op], Callable[[int, int], int]] = {
+    ops.IndexAdd: lambda a, b: a + b,
+    ops.IndexSub: lambda a, b: a - b,
+    ops.IndexMul: lambda a, b: a * b,
+    ops.IndexFloorDiv: _floordiv,
+    ops.IndexMod: _mod,
+    ops.IndexMin: min,
+    ops.IndexMax: max,
 }
 
+# Keyed by the `pred` attribute of `index.cmp`.
 INDEX_COMPARE: dict[str, Callable[[int, int], bool]] = {
     "eq": lambda a, b: a == b,
     "ne": lambda a, b: a != b,
@@ -62,24 +56,24 @@ INDEX_COMPARE: dict[str, Callable[[int, int], bool]] = {
 }
 
 
-@register_eval(*map(ops.by_name, INDEX_BINARY))
+@register_eval(*INDEX_BINARY)
 def _index_binary(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     a, b = operands
     try:
-        return [INDEX_BINARY[op.name](a, b)]
+        return [INDEX_BINARY[type(op)](a, b)]
     except ZeroDivisionError:
         raise BackendError(f"'{op.name}' by zero ({a}, {b})", loc=op.loc) from None
 
 
 @register_eval(ops.IndexConst)
-def _index_const(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
-    return [int(op.attrs["value"])]
+def _index_const(ctx: Interpreter, op: ops.IndexConst, operands: list[Any]) -> list[Any]:
+    return [int(op.value)]
 
 
 @register_eval(ops.IndexCmp)
-def _index_cmp(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+def _index_cmp(ctx: Interpreter, op: ops.IndexCmp, operands: list[Any]) -> list[Any]:
     a, b = operands
-    return [np.array(INDEX_COMPARE[op.attrs["pred"]](a, b))]
+    return [np.array(INDEX_COMPARE[op.pred](a, b))]
 
 
 @register_eval(ops.IndexToTile)
@@ -91,9 +85,9 @@ def _index_to_tile(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
 
 
 @register_eval(ops.Full)
-def _full(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+def _full(ctx: Interpreter, op: ops.Full, operands: list[Any]) -> list[Any]:
     t = _tile_type(op)
-    value = ctx.num.scalar(op.attrs["value"], t.dtype)
+    value = ctx.num.scalar(op.value, t.dtype)
     return [np.broadcast_to(value, t.shape).copy()]
 
 
@@ -104,10 +98,10 @@ def _arange(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
 
 
 @register_eval(ops.Broadcast)
-def _broadcast(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+def _broadcast(ctx: Interpreter, op: ops.Broadcast, operands: list[Any]) -> list[Any]:
     x = np.asarray(operands[0])
     t = _tile_type(op)
-    src_axes: tuple[int | None, ...] = op.attrs["src_axes"]
+    src_axes: tuple[int | None, ...] = op.src_axes
     used = [a for a in src_axes if a is not None]
     dropped = [a for a in range(x.ndim) if a not in used]
     # Kept source axes in the order they appear in the result; dropped ones have extent 1.
@@ -127,9 +121,9 @@ def _extract(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
 
 
 @register_eval(ops.Take)
-def _take(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+def _take(ctx: Interpreter, op: ops.Take, operands: list[Any]) -> list[Any]:
     x, i = operands
-    axis: int = op.attrs["axis"]
+    axis: int = op.axis
     n = x.shape[axis]
     if not 0 <= i < n:
         raise BackendError(f"take index {i} is out of range [0, {n}) on axis {axis}",
@@ -149,11 +143,11 @@ def _to_layout(x: np.ndarray, t: TileType, groups: list[list[Dim]]) -> np.ndarra
 
 
 @register_eval(ops.Mma)
-def _mma(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
+def _mma(ctx: Interpreter, op: ops.Mma, operands: list[Any]) -> list[Any]:
     """acc + a @ b: products and sums in the accumulation type, k ascending, no FMA."""
     a, b, acc = operands
-    ta, tb, tc = (_operand_tile_type(op, i) for i in range(3))
-    batch, ms, ns, ks = mma_roles(ta, tb, tc)
+    ta, tb, tc = op.a.type, op.b.type, op.acc.type
+    batch, ms, ns, ks = op.roles()
     acc_type = accumulation_type(ta.dtype, tb.dtype, tc.dtype)
     work = ctx.num.holder(acc_type)
     a3 = _to_layout(np.asarray(a), ta, [batch, ms, ks]).astype(work)
