@@ -28,13 +28,16 @@ from tilenest.backends.cuda.emitter import Block, Emitter, Facts, Idx, tl_dtype
 from tilenest.backends.cuda.rules import lower_op, lower_ops
 from tilenest.backends.cuda.rules_tile import full_expr, literal
 from tilenest.errors import BackendError
+from tilenest.ir import ops
 from tilenest.ir.core import Function, Op, Value
 from tilenest.ir.ops import EFFECT, ELEMENTWISE, REGION, has_trait
 from tilenest.ir.types import TensorType, TileType
 
 BLOCKS = (1024,)             # the planner's element-grid block sizes
-_LAZY = ("load", "full", "arange", "broadcast", "map")
-_MAP_OPS = ("full", "broadcast", "yield")
+_LAZY = (ops.Load, ops.Full, ops.Arange, ops.Broadcast, ops.Map)
+_MAP_OPS = (ops.Full, ops.Broadcast, ops.Yield)
+_POINTWISE = (*ops.INDEX_OPS, ops.Load, ops.Store, ops.Full, ops.Arange, ops.Broadcast, ops.Map,
+              ops.Yield)
 I32_LIMIT = 2**31 - 1
 
 
@@ -49,11 +52,11 @@ def _linear(v: Value) -> tuple[Value | None, int]:
     """`v` as base + constant (base None: a constant), through index.const/add/sub."""
     op = v.owner
     if isinstance(op, Op):
-        if op.name == "index.const":
-            return None, int(op.attrs["value"])
-        if op.name in ("index.add", "index.sub"):
-            a, b = (_linear(x) for x in op.operands)
-            sign = 1 if op.name == "index.add" else -1
+        if isinstance(op, ops.IndexConst):
+            return None, int(op.value)
+        if isinstance(op, (ops.IndexAdd, ops.IndexSub)):
+            a, b = _linear(op.lhs), _linear(op.rhs)
+            sign = 1 if isinstance(op, ops.IndexAdd) else -1
             if b[0] is None:
                 return a[0], a[1] + sign * b[1]
             if a[0] is None and sign == 1:
@@ -61,19 +64,17 @@ def _linear(v: Value) -> tuple[Value | None, int]:
     return v, 0
 
 
-def _disjoint(a: Op, b: Op) -> bool:
+def _disjoint(a: ops.Store, b: ops.Store) -> bool:
     """Two store regions of one tensor that cannot overlap within a program: along some kept
     axis their origins differ by a constant at least the lower region's extent."""
-    rank = a.operands[0].type.rank  # type: ignore[union-attr]
-    ta = [e for e in a.attrs["shape"]]
-    for k in range(rank):
-        ext = ta[k]
-        if ext is None or b.attrs["shape"][k] is None:
+    for k in range(a.tensor_type.rank):
+        ext, other = a.shape[k], b.shape[k]
+        if ext is None or other is None:
             continue
-        (ba, oa), (bb, ob) = _linear(a.operands[1 + k]), _linear(b.operands[1 + k])
+        (ba, oa), (bb, ob) = _linear(a.indices[k]), _linear(b.indices[k])
         if ba is not bb:
             continue
-        lo_ext = ext if oa <= ob else b.attrs["shape"][k]
+        lo_ext = ext if oa <= ob else other
         if abs(oa - ob) >= lo_ext:
             return True
     return False
@@ -81,37 +82,35 @@ def _disjoint(a: Op, b: Op) -> bool:
 
 def _allowed(op: Op, in_map: bool = False) -> bool:
     if in_map:
-        return has_trait(op, ELEMENTWISE) or op.name in _MAP_OPS
-    return (op.name.startswith("index.") or has_trait(op, ELEMENTWISE)
-            or op.name in ("load", "store", "full", "arange", "broadcast", "map", "yield"))
+        return has_trait(op, ELEMENTWISE) or isinstance(op, _MAP_OPS)
+    return has_trait(op, ELEMENTWISE) or isinstance(op, _POINTWISE)
 
 
 def refusal(fn: Function) -> str | None:
     """Why `fn` does not qualify for the element grid (None: it does)."""
-    roots = [op for op in fn.body.ops if op.name == "parallel"]
+    roots = [op for op in fn.body.ops if isinstance(op, ops.Parallel)]
     if len(roots) != 1:
         return f"needs exactly one root `parallel`, the function has {len(roots)}"
     for op in fn.body.ops:
-        if op.name != "parallel" and (has_trait(op, EFFECT) or has_trait(op, REGION)):
+        if not isinstance(op, ops.Parallel) and (has_trait(op, EFFECT) or has_trait(op, REGION)):
             return f"the root-level '{op.name}' at {op.loc} runs outside the parallel"
     par = roots[0]
-    if par.attrs.get("policy") is not None:
-        return f"the parallel at {par.loc} has an explicit execution policy " \
-               f"{par.attrs['policy']!r}"
-    stores: list[Op] = []
+    if par.policy is not None:
+        return f"the parallel at {par.loc} has an explicit execution policy {par.policy!r}"
+    stores: list[ops.Store] = []
     loaded: set[Value] = set()
     for op in par.body.ops:
         if not _allowed(op):
             return f"'{op.name}' at {op.loc} is not pointwise (only index ops, loads, " \
                    f"elementwise ops, full, arange, broadcast, cast, where, map and stores)"
-        if op.name == "map":
+        if isinstance(op, ops.Map):
             for inner in op.body.walk():
                 if not _allowed(inner, in_map=True):
                     return f"the map at {op.loc} contains '{inner.name}'"
-        if op.name == "store":
+        if isinstance(op, ops.Store):
             stores.append(op)
-        elif op.name == "load":
-            loaded.add(op.operands[0])
+        elif isinstance(op, ops.Load):
+            loaded.add(op.tensor)
     if not stores:
         return "the parallel stores nothing"
     shapes = {_store_shape(s) for s in stores}
@@ -119,28 +118,28 @@ def refusal(fn: Function) -> str | None:
         return f"the stores have different tile shapes {sorted(shapes)}"
     names = {p.value: p.name for p in fn.params}
     for s in stores:
-        if s.operands[0] in loaded:
-            return f"`{names.get(s.operands[0], '?')}` is both loaded and stored (an " \
+        if s.tensor in loaded:
+            return f"`{names.get(s.tensor, '?')}` is both loaded and stored (an " \
                    f"element's lane would not see the whole program's snapshot)"
     for i, a in enumerate(stores):
         for b in stores[i + 1:]:
-            if a.operands[0] is b.operands[0] and not _disjoint(a, b):
-                return f"two stores to `{names.get(a.operands[0], '?')}` (at {a.loc} and " \
+            if a.tensor is b.tensor and not _disjoint(a, b):
+                return f"two stores to `{names.get(a.tensor, '?')}` (at {a.loc} and " \
                        f"{b.loc}) are not provably disjoint"
     return None
 
 
-def _store_shape(op: Op) -> tuple[int, ...]:
-    t = op.operands[-1].type
+def _store_shape(op: ops.Store) -> tuple[int, ...]:
+    t = op.value.type
     assert isinstance(t, TileType)
     return t.shape
 
 
 def geometry(fn: Function) -> tuple[int, int]:
     """(P, V): programs of the root parallel and the stores' tile volume."""
-    par = next(op for op in fn.body.ops if op.name == "parallel")
-    programs = _volume(tuple(e for _, e in par.attrs["domain"]))
-    store = next(op for op in par.body.walk() if op.name == "store")
+    par = next(op for op in fn.body.ops if isinstance(op, ops.Parallel))
+    programs = _volume(par.extents)
+    store = next(op for op in par.body.walk() if isinstance(op, ops.Store))
     return programs, _volume(_store_shape(store))
 
 
@@ -178,25 +177,25 @@ class ElementEmitter(Emitter):
         if hit is not None:
             return hit
         op = v.owner
-        if not isinstance(op, Op) or op.name not in _LAZY and not has_trait(op, ELEMENTWISE):
+        if not isinstance(op, Op) or not isinstance(op, _LAZY) and not has_trait(op, ELEMENTWISE):
             # A rank-0 value of the forward pass (index.to_tile, index.cmp): per lane.
             b = self.block(v)
             out = self.vec(v, self.assign(f"tl.broadcast_to({b.name}, [{self.block_n}])",
                                           "s"))
-        elif op.name == "load":
+        elif isinstance(op, ops.Load):
             out = self._load(op, coords)
-        elif op.name == "full":
+        elif isinstance(op, ops.Full):
             t = v.type
             assert isinstance(t, TileType)
-            out = self.vec(v, self.assign(full_expr(f"[{self.block_n}]", op.attrs["value"],
-                                                    t.dtype), "f"))
-        elif op.name == "arange":
+            out = self.vec(v, self.assign(full_expr(f"[{self.block_n}]", op.value, t.dtype),
+                                          "f"))
+        elif isinstance(op, ops.Arange):
             t = v.type
             assert isinstance(t, TileType)
             out = self.vec(v, self.assign(f"{coords[0]}.to({tl_dtype(t.dtype)})", "r"))
-        elif op.name == "broadcast":
+        elif isinstance(op, ops.Broadcast):
             out = self._broadcast(op, coords)
-        elif op.name == "map":
+        elif isinstance(op, ops.Map):
             self._map(op, coords)
             out = self.cache[key]
         else:
@@ -225,27 +224,27 @@ class ElementEmitter(Emitter):
             self.cache[(r, coords)] = self.vec(r, self.block(r).name)
             del self.env[r]
 
-    def _broadcast(self, op: Op, coords: tuple[str, ...]) -> Block:
-        src = op.operands[0].type
+    def _broadcast(self, op: ops.Broadcast, coords: tuple[str, ...]) -> Block:
+        src = op.x.type
         assert isinstance(src, TileType)
-        axes: tuple[int | None, ...] = op.attrs["src_axes"]
+        axes: tuple[int | None, ...] = op.src_axes
         inner = ["0"] * src.rank
         for d, a in enumerate(axes):
             if a is not None and src.shape[a] != 1:
                 inner[a] = coords[d]
-        b = self.at(op.operands[0], tuple(inner))
+        b = self.at(op.x, tuple(inner))
         return self.vec(op.result, b.name)
 
-    def _region(self, op: Op, coords: tuple[str, ...], *, store: bool
+    def _region(self, op: ops.Memory, coords: tuple[str, ...], *, store: bool
                 ) -> tuple[str, str | None]:
         """Per-lane pointers and mask of a load/store at tile coordinates `coords`."""
-        tensor = self.tensor_type(op.operands[0])
+        tensor = self.tensor_type(op.tensor)
         assert isinstance(tensor, TensorType)
         offs: list[str] = []
         terms: list[str] = []
         t = 0
-        for k, ext in enumerate(op.attrs["shape"]):
-            o: Idx = self.idx(op.operands[1 + k])
+        for k, ext in enumerate(op.shape):
+            o: Idx = self.idx(op.indices[k])
             stride, size = tensor.strides[k], tensor.shape[k]
             if ext is None:
                 pos, lo, hi = o.expr, o.lo, o.hi
@@ -267,7 +266,7 @@ class ElementEmitter(Emitter):
                 terms.append(f"({pos} < {size})")
             if stride != 0 and pos != "0":
                 offs.append(pos if stride == 1 else f"{pos} * {stride}")
-        param = self.params[op.operands[0]]
+        param = self.params[op.tensor]
         zeros = f"tl.full([{self.block_n}], 0, tl.int64)"
         ptr = self.assign(f"{param} + {' + '.join(offs) if offs else '0'} + {zeros}", "p")
         if store and self.live != "True":
@@ -275,18 +274,18 @@ class ElementEmitter(Emitter):
         mask = self.assign(" & ".join(terms), "m") if terms else None
         return ptr, mask
 
-    def _load(self, op: Op, coords: tuple[str, ...]) -> Block:
+    def _load(self, op: ops.Load, coords: tuple[str, ...]) -> Block:
         ptr, mask = self._region(op, coords, store=False)
         t = op.result.type
         assert isinstance(t, TileType)
         if mask is None:
             return self.vec(op.result, self.assign(f"tl.load({ptr})", "ld"))
-        fill = literal(op.attrs["fill"], t.dtype)
+        fill = literal(op.fill, t.dtype)
         return self.vec(op.result, self.assign(f"tl.load({ptr}, mask={mask}, other={fill})",
                                                "ld"))
 
-    def store(self, op: Op, coords: tuple[str, ...]) -> None:
-        value = self.at(op.operands[-1], coords)
+    def store(self, op: ops.Store, coords: tuple[str, ...]) -> None:
+        value = self.at(op.value, coords)
         ptr, mask = self._region(op, coords, store=True)
         if mask is None:
             self.emit(f"tl.store({ptr}, {value.name})")
@@ -312,24 +311,26 @@ def _unravel(em: ElementEmitter, lin: str, extents: list[int], hint: str) -> lis
     return out[::-1]
 
 
-def emit_kernel(fn: Function, name: str, facts: Facts, errors: list[str], parallel: Op,
-                params: dict[Value, str], block: int) -> tuple[list[str], int, bool]:
+def emit_kernel(fn: Function, name: str, facts: Facts, errors: list[str],
+                parallel: ops.Parallel, params: dict[Value, str], block: int
+                ) -> tuple[list[str], int, bool]:
     """The element-grid kernel of the root `parallel`: (lines, programs, uses_status)."""
     why = refusal(fn)
     if why is not None:
         raise BackendError(f"CudaPlan.element_grid: {why}", loc=parallel.loc)
     em = ElementEmitter(fn, facts, params, errors, block=block)
     for op in fn.body.ops:
-        if (not has_trait(op, EFFECT) and not has_trait(op, REGION) and op.name != "yield"
+        if (not has_trait(op, EFFECT) and not has_trait(op, REGION)
+                and not isinstance(op, ops.Yield)
                 and all(v in em.env or v.owner is None for v in op.operands)):
             lower_op(em, op)
-    domain = [e for _, e in parallel.attrs["domain"]]
+    domain = list(parallel.extents)
     programs, volume = geometry(fn)
     total = programs * volume
     head = ["@triton.jit", f"def {name}({', '.join([*params.values(), 'TN_STATUS'])}):"]
     if total == 0:
         return head + ["    pass"], 0, False
-    store = next(op for op in parallel.body.ops if op.name == "store")
+    store = next(op for op in parallel.body.ops if isinstance(op, ops.Store))
     shape = list(_store_shape(store))
     wide = total + block > I32_LIMIT
     pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
@@ -346,13 +347,13 @@ def emit_kernel(fn: Function, name: str, facts: Facts, errors: list[str], parall
         prog, elem = "lin", "0"
     pcoords = _unravel(em, prog, domain, "c")
     ecoords = _unravel(em, elem, shape, "e") if elem != "0" else ["0"] * len(shape)
-    for arg, c, e in zip(parallel.body.args, pcoords, domain, strict=True):
+    for arg, c, e in zip(parallel.coords, pcoords, domain, strict=True):
         em.env[arg] = Idx(c, 0, max(0, e - 1)) if c != "0" else Idx("0", 0, 0)
     for op in parallel.body.ops:
-        if op.name == "yield":
+        if isinstance(op, ops.Yield):
             continue
-        if op.name == "store":
+        if isinstance(op, ops.Store):
             em.store(op, tuple(ecoords))
-        elif op.name.startswith("index."):
+        elif isinstance(op, ops.INDEX_OPS):
             lower_ops(em, [op])
     return head + (em.lines or ["    pass"]), -(-total // block), em.uses_status

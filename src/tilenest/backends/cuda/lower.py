@@ -23,6 +23,7 @@ from tilenest.backends.cuda.resources import BlockLayout
 from tilenest.backends.cuda.rules import lower_op, lower_ops
 from tilenest.backends.cuda.splitk import SplitEmit, split_site
 from tilenest.errors import BackendError
+from tilenest.ir import ops
 from tilenest.ir.core import Function, Op
 from tilenest.ir.ops import EFFECT, REGION, has_trait
 from tilenest.plan.traversal import program_lines
@@ -234,7 +235,7 @@ class LoweredModule:
 
 
 def _is_pure_root(op: Op) -> bool:
-    return not has_trait(op, EFFECT) and not has_trait(op, REGION) and op.name != "yield"
+    return not has_trait(op, EFFECT) and not has_trait(op, REGION) and not isinstance(op, ops.Yield)
 
 
 def _signature(fn: Function, params: dict, workspace: bool) -> str:
@@ -243,7 +244,7 @@ def _signature(fn: Function, params: dict, workspace: bool) -> str:
 
 
 def _kernel(fn: Function, name: str, facts: Facts, errors: list[str],
-            parallel: Op | None, ops: list[Op], split: SplitEmit | None = None,
+            parallel: ops.Parallel | None, effects: list[Op], split: SplitEmit | None = None,
             workspace: bool = False) -> tuple[list[str], Phase]:
     params = {p.value: f"A_{p.name}" for p in fn.params}
     plan = facts.plan
@@ -256,16 +257,16 @@ def _kernel(fn: Function, name: str, facts: Facts, errors: list[str],
         return lines, Phase(name, programs, status)
     em = Emitter(fn, facts, params, errors)
     em.barriers = barrier_points(
-        parallel.body.ops if parallel is not None else ops,
-        zip(parallel.body.args, (e for _, e in parallel.attrs["domain"]), strict=True)
+        parallel.body.ops if parallel is not None else effects,
+        zip(parallel.coords, parallel.extents, strict=True)
         if parallel is not None else (), facts.assume_no_alias)
     for op in fn.body.ops:
         if _is_pure_root(op) and all(v in em.env or v.owner is None for v in op.operands):
             lower_op(em, op)
     programs = 1
     if parallel is not None:
-        domain = parallel.attrs["domain"]
-        extents = [e for _, e in domain]
+        domain = parallel.domain
+        extents = list(parallel.extents)
         for e in extents:
             programs *= e
         order = plan.root_axis_order or tuple(range(len(domain)))
@@ -284,11 +285,11 @@ def _kernel(fn: Function, name: str, facts: Facts, errors: list[str],
         gr = plan.group_rows if len(domain) >= 2 else 1
         for line in program_lines("pid", extents, order, gr, plan.group_columns, coords):
             em.emit(line)
-        for arg, c, e in zip(parallel.body.args, coords, extents, strict=True):
+        for arg, c, e in zip(parallel.coords, coords, extents, strict=True):
             em.env[arg] = Idx(c, 0, max(0, e - 1))
         lower_ops(em, body)
     else:
-        lower_ops(em, ops)
+        lower_ops(em, effects)
     head = ["@triton.jit", f"def {name}({_signature(fn, params, workspace)}):"]
     body = em.lines or ["    pass"]
     return head + body, Phase(name, programs, em.uses_status)
@@ -324,17 +325,18 @@ def lower_function(fn: Function, plan: CudaPlan, *, assume_no_alias: bool,
     site = split_site(fn) if plan.split_k > 1 else None
     if isinstance(site, str):
         raise BackendError(f"CudaPlan.split_k: {site}", loc=None)
-    block = 0 if site is None else _elements(layout.shape(site.loop.operands[0].type))
+    block = 0 if site is None else _elements(layout.shape(site.loop.inits[0].type))
     workspace = 0 if site is None else plan.split_k * site.programs * block
 
-    def add(parallel: Op | None, ops: list[Op], split: SplitEmit | None = None) -> None:
+    def add(parallel: ops.Parallel | None, effects: list[Op], split: SplitEmit | None = None
+            ) -> None:
         lines, phase = _kernel(fn, f"{fn.name}_phase{len(phases)}", facts, errors,
-                               parallel, ops, split, workspace > 0)
+                               parallel, effects, split, workspace > 0)
         kernels.append(lines)
         phases.append(phase)
 
     for op in fn.body.ops:
-        if op.name == "parallel":
+        if isinstance(op, ops.Parallel):
             if pending:
                 add(None, list(pending))
                 pending.clear()

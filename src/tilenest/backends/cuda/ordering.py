@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tilenest.ir import ops
 from tilenest.ir.core import Op, Region, Value
 from tilenest.ir.ops import REGION, has_trait
 from tilenest.ir.types import TensorType
@@ -36,17 +37,17 @@ Affine = tuple[dict[Value, int], int]  # Σ coefficient·atom + constant
 def affine(v: Value) -> Affine:
     op = v.owner
     if isinstance(op, Op):
-        if op.name == "index.const":
-            return {}, int(op.attrs["value"])
-        if op.name in ("index.add", "index.sub"):
-            (ca, ka), (cb, kb) = affine(op.operands[0]), affine(op.operands[1])
-            sign = 1 if op.name == "index.add" else -1
+        if isinstance(op, ops.IndexConst):
+            return {}, int(op.value)
+        if isinstance(op, (ops.IndexAdd, ops.IndexSub)):
+            (ca, ka), (cb, kb) = affine(op.lhs), affine(op.rhs)
+            sign = 1 if isinstance(op, ops.IndexAdd) else -1
             coeffs = dict(ca)
             for atom, c in cb.items():
                 coeffs[atom] = coeffs.get(atom, 0) + sign * c
             return {a: c for a, c in coeffs.items() if c}, ka + sign * kb
-        if op.name == "index.mul":
-            (ca, ka), (cb, kb) = affine(op.operands[0]), affine(op.operands[1])
+        if isinstance(op, ops.IndexMul):
+            (ca, ka), (cb, kb) = affine(op.lhs), affine(op.rhs)
             if not cb or not ca:
                 (coeffs, k), s = ((ca, ka), kb) if not cb else ((cb, kb), ka)
                 return {a: c * s for a, c in coeffs.items() if c * s}, k * s
@@ -66,13 +67,10 @@ class Access:
         return id(self.op), self.crossed
 
 
-def _access(op: Op) -> Access:
-    tensor = op.operands[0].type
-    assert isinstance(tensor, TensorType)
+def _access(op: ops.Memory) -> Access:
     axes = tuple((affine(o), 1 if e is None else e)
-                 for o, e in zip(op.operands[1:1 + tensor.rank], op.attrs["shape"],
-                                 strict=True))
-    return Access(op, op.operands[0], op.name == "store", axes)
+                 for o, e in zip(op.indices, op.shape, strict=True))
+    return Access(op, op.tensor, isinstance(op, ops.Store), axes)
 
 
 def injective(t: TensorType) -> bool:
@@ -95,7 +93,7 @@ class _Analysis:
 
     # ------------------------------------------------------------------ facts
     def loop(self, op: Op) -> None:
-        domain = op.attrs.get("domain") or ()
+        domain = op.domain if isinstance(op, ops.RegionOp) else ()
         for arg, (_, extent) in zip(op.body.args, domain, strict=False):
             self.bounds[arg] = (0, max(0, extent - 1))
         defined = set(op.body.args)
@@ -139,12 +137,12 @@ class _Analysis:
                     ea: int) -> bool:
         """Across iterations of the 1-d loop indexed by `atom`: p is at index i + δ (δ ≠ 0),
         a at i; apart when no δ puts c·δ + d in (-ep, ea)."""
-        loop = next((lp for lp in p.crossed if atom in lp.body.args[:1]
-                     and len(lp.attrs["domain"]) == 1), None)
+        loop = next((lp for lp in p.crossed if isinstance(lp, ops.RegionOp)
+                     and len(lp.domain) == 1 and atom in lp.coords), None)
         c = fp[0].get(atom, 0)
         if loop is None or c != fa[0].get(atom, 0) or c == 0:
             return False
-        extent = loop.attrs["domain"][0][1]
+        extent = loop.extents[0]
         if c < 0:  # c·δ with δ ranging symmetrically: use |c|
             c = -c
         lo = (-ep - d) // c + 1              # smallest δ with c·δ > -ep - d
@@ -164,22 +162,22 @@ class _Analysis:
         return not any(self.axis_apart(p, a, k) for k in range(len(a.axes)))
 
     # ------------------------------------------------------------------ walk
-    def walk(self, ops: Iterable[Op], pending: list[Access]) -> list[Access]:
-        for op in ops:
-            if op.name in ("load", "store"):
+    def walk(self, body: Iterable[Op], pending: list[Access]) -> list[Access]:
+        for op in body:
+            if isinstance(op, ops.Memory):
                 a = _access(op)
                 if op in self.marks or any(self.conflict(p, a) for p in pending):
                     self.marks.add(op)
                     pending = []
                 pending = pending + [a]
-            elif has_trait(op, REGION) and any(x.name in ("load", "store")
+            elif has_trait(op, REGION) and any(isinstance(x, ops.Memory)
                                                for x in op.body.walk()):
                 pending = self.region(op, pending)
         return pending
 
     def region(self, op: Op, pending: list[Access]) -> list[Access]:
         self.loop(op)
-        domain = op.attrs.get("domain")
+        domain = op.domain if isinstance(op, ops.RegionOp) else None
         trips = 1
         for _, e in domain or ():
             trips *= e
@@ -208,14 +206,14 @@ def _dedupe(xs: list[Access]) -> list[Access]:
     return list(seen.values())
 
 
-def barrier_points(ops: Iterable[Op], args: Iterable[tuple[Value, int]],
+def barrier_points(body: Iterable[Op], args: Iterable[tuple[Value, int]],
                    assume_no_alias: bool) -> set[Op]:
     """The loads and stores of one program that need a CTA barrier before them. `args` are
     the program's coordinates with their extents."""
     an = _Analysis(assume_no_alias)
     for v, extent in args:
         an.bounds[v] = (0, max(0, extent - 1))
-    an.walk(list(ops), [])
+    an.walk(list(body), [])
     return an.marks
 
 

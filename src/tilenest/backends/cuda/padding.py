@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tilenest.analysis.uses import UseInfo
-from tilenest.ir.core import Function, Op, Value
+from tilenest.ir import ops
+from tilenest.ir.core import Function, Value
 from tilenest.ir.ops import mma_roles
 from tilenest.ir.types import TensorType, TileType
 
@@ -70,16 +71,16 @@ def rows_aligned(t: TensorType) -> bool:
     return all((t.strides[a] * item) % ALIGN_BYTES == 0 for a in axes if a != unit[0])
 
 
-def _mma_loads(fn: Function) -> dict[Value, list[Op]]:
+def _mma_loads(fn: Function) -> dict[Value, list[ops.Load]]:
     """Tensor params whose loads feed an `mma` operand directly."""
-    out: dict[Value, list[Op]] = {}
+    out: dict[Value, list[ops.Load]] = {}
     for op in fn.walk():
-        if op.name != "mma":
+        if not isinstance(op, ops.Mma):
             continue
-        for v in op.operands[:2]:
+        for v in (op.a, op.b):
             owner = v.owner
-            if getattr(owner, "name", None) == "load":
-                out.setdefault(owner.operands[0], []).append(owner)  # type: ignore[union-attr]
+            if isinstance(owner, ops.Load):
+                out.setdefault(owner.tensor, []).append(owner)
     return out
 
 
@@ -88,23 +89,23 @@ def _mma_k_axes(fn: Function) -> dict[Value, set[int]]:
     contracted (k) dim of those loads."""
     out: dict[Value, set[int]] = {}
     for op in fn.walk():
-        if op.name != "mma":
+        if not isinstance(op, ops.Mma):
             continue
-        ta, tb, tc = (v.type for v in op.operands)
+        ta, tb, tc = op.a.type, op.b.type, op.acc.type
         assert isinstance(ta, TileType) and isinstance(tb, TileType)
         assert isinstance(tc, TileType)
         try:
             k = mma_roles(ta, tb, tc)[3][0]
         except ValueError:
             continue
-        for v in op.operands[:2]:
+        for v in (op.a, op.b):
             owner = v.owner
-            if getattr(owner, "name", None) != "load":
+            if not isinstance(owner, ops.Load):
                 continue
-            kept = [a for a, e in enumerate(owner.attrs["shape"]) if e is not None]  # type: ignore[union-attr]
+            kept = [a for a, e in enumerate(owner.shape) if e is not None]
             axis = v.type.axis_of(k)  # type: ignore[union-attr]
             if axis is not None:
-                out.setdefault(owner.operands[0], set()).add(kept[axis])  # type: ignore[union-attr]
+                out.setdefault(owner.tensor, set()).add(kept[axis])
     return out
 
 
@@ -143,13 +144,13 @@ def _copy_of(fn: Function, index: int, order: tuple[int, ...], layout: str,
     assert isinstance(t, TensorType)
     if p.value in stored:
         return f"{p.name}: the kernel stores to it (a copy would not see its own writes)"
-    loads = [op for op in fn.walk() if op.name == "load" and op.operands[0] is p.value]
-    fills = {repr(op.attrs["fill"]) for op in loads}
+    loads = [op for op in fn.walk() if isinstance(op, ops.Load) and op.tensor is p.value]
+    fills = {repr(op.fill) for op in loads}
     if len(fills) != 1 or not t.dtype.is_float:
         return f"{p.name}: loads with several fills or a non-float dtype"
     shape = list(t.shape)
     for op in loads:
-        for axis, ext in enumerate(op.attrs["shape"]):
+        for axis, ext in enumerate(op.shape):
             if ext is not None:
                 shape[axis] = max(shape[axis], _round_up(t.shape[axis], ext))
     if order:  # the fastest axis to 16 bytes
@@ -160,7 +161,7 @@ def _copy_of(fn: Function, index: int, order: tuple[int, ...], layout: str,
         strides[a] = step
         step *= shape[a]
     return PaddedOperand(index, p.name, t, TensorType(t.dtype, tuple(shape), tuple(strides)),
-                         order, float(loads[0].attrs["fill"]), layout)
+                         order, float(loads[0].fill), layout)
 
 
 def _major_order(t: TensorType) -> tuple[int, ...]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from tilenest.errors import BackendError
+from tilenest.ir import ops
 from tilenest.ir.core import Function, Op
 
 WARPS = (1, 2, 4, 8, 16)
@@ -57,12 +58,13 @@ def _fail(field: str, why: str) -> BackendError:
     return BackendError(f"CudaPlan.{field}: {why}", loc=None)
 
 
-def root_parallels(fn: Function) -> list[Op]:
-    return [op for op in fn.body.ops if op.name == "parallel"]
+def root_parallels(fn: Function) -> list[ops.Parallel]:
+    return [op for op in fn.body.ops if isinstance(op, ops.Parallel)]
 
 
-def has_op(fn: Function, name: str) -> bool:
-    return any(op.name == name for op in fn.walk())
+def has_op(fn: Function, kind: type[Op] | tuple[type[Op], ...]) -> bool:
+    """Whether some op of `fn` is of the class `kind` (or one of the classes)."""
+    return any(isinstance(op, kind) for op in fn.walk())
 
 
 def _is_pow2(n: int) -> bool:
@@ -111,7 +113,7 @@ def validate(plan: CudaPlan, fn: Function, smem_per_block: int | None = None) ->
     if plan.split_k != 1:
         _validate_split(plan, fn)
     for op in root_parallels(fn):
-        rank = len(op.attrs["domain"])
+        rank = len(op.domain)
         order = plan.root_axis_order
         if order is not None and sorted(order) != list(range(rank)):
             raise _fail("root_axis_order", f"{order} is not a permutation of the {rank} root "
@@ -153,7 +155,7 @@ def _validate_element_grid(plan: CudaPlan, fn: Function) -> None:
     why = refusal(fn)
     if why is not None:
         raise _fail("element_grid", f"the kernel does not qualify for an element grid: {why}")
-    rank = min((len(op.attrs["domain"]) for op in root_parallels(fn)), default=0)
+    rank = min((len(op.domain) for op in root_parallels(fn)), default=0)
     order = plan.root_axis_order
     if (order is not None and list(order) != list(range(rank))) or plan.group_rows > 1 \
             or plan.group_columns > 1:
@@ -173,19 +175,19 @@ def _largest_tile(fn: Function) -> int:
 
 
 def _max_window(fn: Function) -> int:
-    return max((op.attrs["window"] for op in fn.walk() if op.name == "pipeline"), default=0)
+    return max((op.window for op in fn.walk() if isinstance(op, ops.Pipeline)), default=0)
 
 
 def default_plan(fn: Function) -> CudaPlan:
     """A simple rule: grouped traversal (8 rows) for 2-D grids with `mma`; warps by the
     largest tile; pipeline depth window + 1 (at most 4) where loops load."""
-    rank = min((len(op.attrs["domain"]) for op in root_parallels(fn)), default=0)
-    dot = has_op(fn, "mma")
+    rank = min((len(op.domain) for op in root_parallels(fn)), default=0)
+    dot = has_op(fn, ops.Mma)
     group_rows = 8 if dot and rank >= 2 else 1
     elements = _largest_tile(fn)
     warps = 1 if elements <= 256 else 2 if elements <= 1024 else 4 if elements <= 8192 else 8
     window = _max_window(fn)
-    has_loop = any(op.name in ("serial", "pipeline") for op in fn.walk())
+    has_loop = has_op(fn, ops.LOOP_OPS)
     stages = min(4, window + 1) if window else (3 if dot and has_loop else 1)
     return CudaPlan(group_rows=group_rows, num_warps=warps, num_stages=stages)
 
@@ -193,7 +195,7 @@ def default_plan(fn: Function) -> CudaPlan:
 def candidates(fn: Function, smem_per_block: int | None = None) -> Iterator[CudaPlan]:
     """Every legal plan of the family, deterministically ordered (the planner's space):
     root-axis orders × traversal groups × warps × stages."""
-    rank = min((len(op.attrs["domain"]) for op in root_parallels(fn)), default=0)
+    rank = min((len(op.domain) for op in root_parallels(fn)), default=0)
     orders: list[tuple[int, ...] | None] = [None]
     if rank >= 2:
         orders += [p for p in itertools.permutations(range(rank)) if list(p) != list(range(rank))]

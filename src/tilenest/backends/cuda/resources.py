@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from tilenest.ir import ops
 from tilenest.ir.core import Function, Op, Region
 from tilenest.ir.ops import mma_roles
-from tilenest.ir.types import Dim, TensorType, TileType
+from tilenest.ir.types import Dim, TileType
 
 MISALIGNED = "~misaligned"  # dot-flop key suffix: an operand is read from misaligned rows
 KSTRIDED = "~kstrided"      # tf32 dot-flop key suffix: an operand's k axis is not contiguous
@@ -29,8 +30,8 @@ class BlockLayout:
         self.min_dot = min_dot
         self.dot_dims: set[int] = set()
         for op in fn.walk():
-            if op.name == "mma":
-                a, b, c = (v.type for v in op.operands)
+            if isinstance(op, ops.Mma):
+                a, b, c = op.a.type, op.b.type, op.acc.type
                 assert isinstance(a, TileType) and isinstance(b, TileType)
                 assert isinstance(c, TileType)
                 try:
@@ -57,7 +58,7 @@ def _elements(shape: tuple[int, ...]) -> int:
 
 
 def loop_has_store(op: Op) -> bool:
-    return any(inner.name == "store" for inner in op.body.walk())
+    return any(isinstance(inner, ops.Store) for inner in op.body.walk())
 
 
 def pipelined_smem_bytes(fn: Function, plan: object) -> int:
@@ -76,11 +77,11 @@ def smem_per_stage(fn: Function, min_dot: int, layout: BlockLayout | None = None
         BlockLayout(fn, min_dot)
     worst = 0
     for op in fn.walk():
-        if op.name not in ("serial", "pipeline") or loop_has_store(op):
+        if not isinstance(op, ops.LOOP_OPS) or loop_has_store(op):
             continue
         loaded = 0
         for inner in op.body.ops:
-            if inner.name == "load":
+            if isinstance(inner, ops.Load):
                 t = inner.result.type
                 assert isinstance(t, TileType)
                 loaded += _elements(layout.shape(t)) * t.dtype.itemsize
@@ -100,9 +101,9 @@ class Work:
     shared_bytes: float = 0.0  # bytes of loads every program reads at the same addresses
 
 
-def _trips(op: Op) -> int:
+def _trips(op: ops.RegionOp) -> int:
     n = 1
-    for _, e in op.attrs["domain"]:
+    for e in op.extents:
         n *= e
     return n
 
@@ -111,19 +112,18 @@ def _count(region: Region, mult: float, work: Work, layout: BlockLayout) -> None
     _count_ops(region.ops, mult, work, layout)
 
 
-def _count_ops(ops: list[Op], mult: float, work: Work, layout: BlockLayout) -> None:
-    for op in ops:
+def _count_ops(body: list[Op], mult: float, work: Work, layout: BlockLayout) -> None:
+    for op in body:
         for r in op.results:
             if isinstance(r.type, TileType):
                 work.max_tile_elements = max(work.max_tile_elements,
                                              _elements(layout.shape(r.type)))
-        if op.name in ("load", "store"):
-            tensor = op.operands[0].type
-            assert isinstance(tensor, TensorType)
-            kept = [e for e in op.attrs["shape"] if e is not None]
+        if isinstance(op, ops.Memory):
+            tensor = op.tensor_type
+            kept = [e for e in op.shape if e is not None]
             work.bytes_moved += mult * _elements(tuple(kept)) * tensor.dtype.itemsize
-        elif op.name == "mma":
-            a, b, c = (v.type for v in op.operands)
+        elif isinstance(op, ops.Mma):
+            a, b, c = op.a.type, op.b.type, op.acc.type
             assert isinstance(a, TileType) and isinstance(b, TileType)
             assert isinstance(c, TileType)
             extents = {id(d): e for t in (a, b, c) for d, e in zip(t.dims, t.shape,
@@ -131,16 +131,14 @@ def _count_ops(ops: list[Op], mult: float, work: Work, layout: BlockLayout) -> N
             flops = 2.0 * _elements(tuple(extents.values()))
             key = a.dtype.name if not (a.dtype.name == "f32" and getattr(layout, "tf32", False)) \
                 else "tf32"
-            read = {v.owner.operands[0] for v in op.operands[:2]  # type: ignore[union-attr]
-                    if getattr(v.owner, "name", None) == "load"}
+            read = {v.owner.tensor for v in (op.a, op.b) if isinstance(v.owner, ops.Load)}
             if read & getattr(layout, "misaligned", set()):
                 key += MISALIGNED
             if key.startswith("tf32") and read & getattr(layout, "kstrided", set()):
                 key += KSTRIDED
             work.dot_flops[key] = work.dot_flops.get(key, 0.0) + mult * flops
         for r in op.regions:
-            inner = mult * (_trips(op) if op.name in ("serial", "pipeline", "reduce",
-                                                      "parallel") else 1)
+            inner = mult * (_trips(op) if isinstance(op, ops.RegionOp) else 1)
             _count(r, inner, work, layout)
 
 
@@ -151,7 +149,7 @@ def count_work(fn: Function, plan: object) -> Work:
     layout.tf32 = getattr(plan, "allow_tf32", False)  # type: ignore[attr-defined]
     work = Work()
     for op in fn.body.ops:
-        if op.name == "parallel":
+        if isinstance(op, ops.Parallel):
             work.programs.append(_trips(op))
     _count(fn.body, 1.0, work, layout)
     return work
@@ -161,8 +159,8 @@ def loop_trips(op: Op) -> int:
     """Iterations of the longest chain of loops with loads inside one program."""
     best = 0
     for inner in op.body.walk():
-        if inner.name in ("serial", "pipeline") and any(x.name == "load"
-                                                        for x in inner.body.walk()):
+        if isinstance(inner, ops.LOOP_OPS) and any(isinstance(x, ops.Load)
+                                                   for x in inner.body.walk()):
             best = max(best, _trips(inner))
     return best
 
@@ -186,7 +184,7 @@ def phase_work(fn: Function, plan: object) -> list[tuple[Op, Work]]:
     layout.kstrided = set(kstrided_params(fn)) - kmajor  # type: ignore[attr-defined]
     out = []
     for op in fn.body.ops:
-        if op.name == "parallel":
+        if isinstance(op, ops.Parallel):
             work = Work(programs=[_trips(op)])
             _count_ops([op], 1.0, work, layout)
             work.shared_bytes = _shared_load_bytes(op)
@@ -194,7 +192,7 @@ def phase_work(fn: Function, plan: object) -> list[tuple[Op, Work]]:
     return out
 
 
-def _shared_load_bytes(par: Op) -> float:
+def _shared_load_bytes(par: ops.Parallel) -> float:
     """Bytes (summed over programs) of loads whose addresses do not depend on the program
     coordinates (weights, biases, a row of constants): after the first program reads them
     they come from L2, not DRAM."""
@@ -218,14 +216,12 @@ def _shared_load_bytes(par: Op) -> float:
     def count(region: Region, mult: float) -> None:
         nonlocal total
         for op in region.ops:
-            if op.name == "load" and not any(v in dependent for v in op.operands[1:]):
-                tensor = op.operands[0].type
-                assert isinstance(tensor, TensorType)
-                kept = [e for e in op.attrs["shape"] if e is not None]
+            if isinstance(op, ops.Load) and not any(v in dependent for v in op.indices):
+                tensor = op.tensor_type
+                kept = [e for e in op.shape if e is not None]
                 total += mult * _elements(tuple(kept)) * tensor.dtype.itemsize
             for r in op.regions:
-                count(r, mult * (_trips(op) if op.name in ("serial", "pipeline", "reduce",
-                                                           "parallel") else 1))
+                count(r, mult * (_trips(op) if isinstance(op, ops.RegionOp) else 1))
 
     count(par.body, float(_trips(par)))
     return total
@@ -251,7 +247,7 @@ def _smem_operands(op: Op, tensor_core: bool) -> set:
     dot_uses, other = set(), set()
     for inner in op.body.walk():
         for i, v in enumerate(inner.operands):
-            (dot_uses if inner.name == "mma" and i < 2 else other).add(v)
+            (dot_uses if isinstance(inner, ops.Mma) and i < 2 else other).add(v)
     return dot_uses - other
 
 
@@ -268,7 +264,7 @@ def register_demand(op: Op, layout: BlockLayout, tensor_core: bool) -> float:
     def temps(region: Region, skip: set) -> float:
         best = 0.0
         for inner in region.ops:
-            if inner.name in ("serial", "pipeline", "reduce", "parallel"):
+            if isinstance(inner, ops.RegionOp):
                 continue
             for r in inner.results:
                 if isinstance(r.type, TileType) and r not in skip and r not in smem:
@@ -281,8 +277,7 @@ def register_demand(op: Op, layout: BlockLayout, tensor_core: bool) -> float:
         nonlocal worst
         worst = max(worst, carried + 2.0 * temps(region, skip | nested))
         for inner in region.ops:
-            if inner.name not in ("serial", "pipeline", "reduce", "parallel") or \
-                    not inner.regions:
+            if not isinstance(inner, ops.RegionOp) or not inner.regions:
                 continue
             body = inner.regions[0]
             term = body.terminator
@@ -312,9 +307,9 @@ class DotTile:
 def dot_tiles(op: Op, layout: BlockLayout, tf32: bool) -> tuple[DotTile, ...]:
     found: list[tuple[int, int, str, float]] = []
     for inner in op.body.walk():
-        if inner.name != "mma":
+        if not isinstance(inner, ops.Mma):
             continue
-        a, b, c = (v.type for v in inner.operands)
+        a, b, c = inner.a.type, inner.b.type, inner.acc.type
         assert isinstance(a, TileType) and isinstance(b, TileType)
         assert isinstance(c, TileType)
         try:

@@ -57,19 +57,19 @@ def _in_f32(dtype: DType, inner: str, *names: str) -> str:
     return f"({inner.format(*wide)}).to({tl_dtype(dtype)})"
 
 
-_ARITH = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})",
-          "and": "({} & {})", "or": "({} | {})", "xor": "({} ^ {})"}
+_ARITH = {ops.Add: "({} + {})", ops.Sub: "({} - {})", ops.Mul: "({} * {})",
+          ops.And: "({} & {})", ops.Or: "({} | {})", ops.Xor: "({} ^ {})"}
 
 
-@lowering(*map(ops.by_name, _ARITH))
-def _arith(em: Emitter, op: Op) -> None:
-    a, b = em.block(op.operands[0]), em.block(op.operands[1])
-    _result(em, op, _ARITH[op.name].format(a.name, b.name), a, b)
+@lowering(*_ARITH)
+def _arith(em: Emitter, op: ops.Binary) -> None:
+    a, b = em.block(op.lhs), em.block(op.rhs)
+    _result(em, op, _ARITH[type(op)].format(a.name, b.name), a, b)
 
 
 @lowering(ops.Div)
-def _div(em: Emitter, op: Op) -> None:
-    a, b = em.block(op.operands[0]), em.block(op.operands[1])
+def _div(em: Emitter, op: ops.Binary) -> None:
+    a, b = em.block(op.lhs), em.block(op.rhs)
     if a.dtype.name == "f64":
         expr = f"({a.name} / {b.name})"
     else:
@@ -78,61 +78,64 @@ def _div(em: Emitter, op: Op) -> None:
 
 
 @lowering(ops.FloorDiv, ops.Mod)
-def _floordiv(em: Emitter, op: Op) -> None:
-    a, b = em.block(op.operands[0]), em.block(op.operands[1])
+def _floordiv(em: Emitter, op: ops.Binary) -> None:
+    a, b = em.block(op.lhs), em.block(op.rhs)
     if a.dtype.is_float:
         raise BackendError(f"float '{op.name}' has no cuda emitter (numpy's floor_divide/mod "
                            f"edge cases need an exact fmod)", loc=op.loc)
-    helper = "tn_floordiv" if op.name == "floordiv" else "tn_mod"
+    helper = "tn_floordiv" if isinstance(op, ops.FloorDiv) else "tn_mod"
     expr = f"{helper}({a.name}, {b.name})"
     _result(em, op, expr, a, b)
 
 
 @lowering(ops.Maximum, ops.Minimum)
-def _minmax(em: Emitter, op: Op) -> None:
-    a, b = em.block(op.operands[0]), em.block(op.operands[1])
-    _result(em, op, f"{combine_helper(op.name, a.dtype)}({a.name}, {b.name})", a, b)
+def _minmax(em: Emitter, op: ops.Binary) -> None:
+    a, b = em.block(op.lhs), em.block(op.rhs)
+    combine = "maximum" if isinstance(op, ops.Maximum) else "minimum"
+    _result(em, op, f"{combine_helper(combine, a.dtype)}({a.name}, {b.name})", a, b)
 
 
 @lowering(ops.Neg, ops.Abs, ops.Not)
-def _exact_unary(em: Emitter, op: Op) -> None:
-    a = em.block(op.operands[0])
-    if op.name == "neg":  # Triton's unary minus is 0 - x: +0.0 for x = +0.0
+def _exact_unary(em: Emitter, op: ops.Unary) -> None:
+    a = em.block(op.x)
+    if isinstance(op, ops.Neg):  # Triton's unary minus is 0 - x: +0.0 for x = +0.0
         expr = f"({a.name} * -1.0)" if a.dtype.is_float else f"(-{a.name})"
-    elif op.name == "abs":
+    elif isinstance(op, ops.Abs):
         expr = f"tl.abs({a.name})"
     else:
         expr = f"(~{a.name})"
     _result(em, op, expr, a)
 
 
-MATH = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid")
+# The prelude's correctly rounded (or libdevice) function of each math op.
+MATH = {ops.Exp: "tn_exp", ops.Log: "tn_log", ops.Sqrt: "tn_sqrt", ops.Rsqrt: "tn_rsqrt",
+        ops.Tanh: "tn_tanh", ops.Sigmoid: "tn_sigmoid"}
 
 
-@lowering(*map(ops.by_name, MATH))
-def _math(em: Emitter, op: Op) -> None:
-    a = em.block(op.operands[0])
-    _result(em, op, _in_f32(a.dtype, f"tn_{op.name}" + "({})", a.name), a)
+@lowering(*MATH)
+def _math(em: Emitter, op: ops.Unary) -> None:
+    a = em.block(op.x)
+    _result(em, op, _in_f32(a.dtype, MATH[type(op)] + "({})", a.name), a)
 
 
-_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_CMP = {ops.Eq: "==", ops.Ne: "!=", ops.Lt: "<", ops.Le: "<=", ops.Gt: ">", ops.Ge: ">="}
 
 
-@lowering(*map(ops.by_name, _CMP))
-def _compare(em: Emitter, op: Op) -> None:
-    a, b = em.block(op.operands[0]), em.block(op.operands[1])
+@lowering(*_CMP)
+def _compare(em: Emitter, op: ops.Compare) -> None:
+    a, b = em.block(op.lhs), em.block(op.rhs)
     decided = decided_masks(em.fn).get(op.result)
     if decided is not None:  # fixed by the operands' ranges (analysis/tile_ranges.py)
         shape = list(_widest(a, b))
         _result(em, op, f"tl.full({shape}, {int(decided)}, tl.int1)", a, b)
         return
-    _result(em, op, f"({a.name} {_CMP[op.name]} {b.name})", a, b)
+    _result(em, op, f"({a.name} {_CMP[type(op)]} {b.name})", a, b)
 
 
 @lowering(ops.Where)
-def _where(em: Emitter, op: Op) -> None:
-    c, a, b = (em.block(v) for v in op.operands)
-    decided = decided_masks(em.fn).get(op.operands[0])
+def _where(em: Emitter, op: ops.Where) -> None:
+    c, a, b = em.block(op.cond), em.block(op.a), em.block(op.b)
+    decided = decided_masks(em.fn).get(op.cond)
     if decided is not None:  # a mask that is constant in every program: no select
         chosen = a if decided else b
         shape = _widest(c, a, b)
@@ -170,8 +173,8 @@ def _float_to_int(em: Emitter, a: Block, dtype: DType) -> str:
 
 
 @lowering(ops.Cast)
-def _cast(em: Emitter, op: Op) -> None:
-    a = em.block(op.operands[0])
+def _cast(em: Emitter, op: ops.Cast) -> None:
+    a = em.block(op.x)
     t = op.result.type
     assert isinstance(t, TileType)
     if t.dtype == a.dtype:

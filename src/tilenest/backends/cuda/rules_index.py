@@ -32,28 +32,29 @@ def _set(em: Emitter, op: Op, expr: str, lo: int | None, hi: int | None) -> None
 
 
 @lowering(ops.IndexConst)
-def _const(em: Emitter, op: Op) -> None:
-    em.env[op.result] = const_idx(op.attrs["value"])
+def _const(em: Emitter, op: ops.IndexConst) -> None:
+    em.env[op.result] = const_idx(op.value)
 
 
-_SIMPLE: dict[str, tuple[str, Callable[[int, int], int]]] = {
-    "index.add": ("({a} + {b})", lambda x, y: x + y),
-    "index.sub": ("({a} - {b})", lambda x, y: x - y),
-    "index.mul": ("({a} * {b})", lambda x, y: x * y),
-    "index.min": ("tl.minimum({a}, {b})", min),
-    "index.max": ("tl.maximum({a}, {b})", max),
+_SIMPLE: dict[type[Op], tuple[str, Callable[[int, int], int]]] = {
+    ops.IndexAdd: ("({a} + {b})", lambda x, y: x + y),
+    ops.IndexSub: ("({a} - {b})", lambda x, y: x - y),
+    ops.IndexMul: ("({a} * {b})", lambda x, y: x * y),
+    ops.IndexMin: ("tl.minimum({a}, {b})", min),
+    ops.IndexMax: ("tl.maximum({a}, {b})", max),
 }
 
 
-@lowering(*map(ops.by_name, _SIMPLE))
-def _simple(em: Emitter, op: Op) -> None:
-    a, b = em.idx(op.operands[0]), em.idx(op.operands[1])
-    template, fn = _SIMPLE[op.name]
+@lowering(*_SIMPLE)
+def _simple(em: Emitter, op: ops.IndexBinary) -> None:
+    a, b = em.idx(op.lhs), em.idx(op.rhs)
+    template, fn = _SIMPLE[type(op)]
     if a.const is not None and b.const is not None:
         em.env[op.result] = const_idx(fn(a.const, b.const))
         return
     lo, hi = _corners(a, b, fn)
-    if op.name in ("index.min", "index.max") and (a.const is not None or b.const is not None):
+    one_const = a.const is not None or b.const is not None
+    if isinstance(op, (ops.IndexMin, ops.IndexMax)) and one_const:
         # tl.minimum needs a tensor operand: keep the tensor first.
         x, y = (b, a) if a.const is not None else (a, b)
         _set(em, op, template.format(a=x.expr, b=y.expr), lo, hi)
@@ -61,9 +62,10 @@ def _simple(em: Emitter, op: Op) -> None:
     _set(em, op, template.format(a=a.expr, b=b.expr), lo, hi)
 
 
-def _floor_bounds(a: Idx, b: Idx, name: str) -> tuple[int | None, int | None]:
+def _floor_bounds(a: Idx, b: Idx, floordiv: bool) -> tuple[int | None, int | None]:
+    """Bounds of a // b (`floordiv`) or of a % b, known when b is a positive constant."""
     if b.const is not None and b.const > 0 and a.bounded():
-        if name == "index.floordiv":
+        if floordiv:
             return a.lo // b.const, a.hi // b.const  # type: ignore[operator]
         if a.lo // b.const == a.hi // b.const:  # type: ignore[operator]
             return a.lo % b.const, a.hi % b.const  # type: ignore[operator]
@@ -72,9 +74,10 @@ def _floor_bounds(a: Idx, b: Idx, name: str) -> tuple[int | None, int | None]:
 
 
 @lowering(ops.IndexFloorDiv, ops.IndexMod)
-def _floor(em: Emitter, op: Op) -> None:
-    a, b = em.idx(op.operands[0]), em.idx(op.operands[1])
-    py = (lambda x, y: x // y) if op.name == "index.floordiv" else (lambda x, y: x % y)
+def _floor(em: Emitter, op: ops.IndexBinary) -> None:
+    a, b = em.idx(op.lhs), em.idx(op.rhs)
+    floordiv = isinstance(op, ops.IndexFloorDiv)
+    py = (lambda x, y: x // y) if floordiv else (lambda x, y: x % y)
     if a.const is not None and b.const is not None and b.const != 0:
         em.env[op.result] = const_idx(py(a.const, b.const))
         return
@@ -82,12 +85,12 @@ def _floor(em: Emitter, op: Op) -> None:
         em.error_site(f"{b.expr} == 0", "integer division by zero in index arithmetic", op)
     elif b.const == 0:
         em.error_site("True", "integer division by zero in index arithmetic", op)
-    lo, hi = _floor_bounds(a, b, op.name)
-    op_text = "//" if op.name == "index.floordiv" else "%"
+    lo, hi = _floor_bounds(a, b, floordiv)
+    op_text = "//" if floordiv else "%"
     if b.const is not None and b.const > 0 and a.lo is not None and a.lo >= 0:
         _set(em, op, f"({a.expr} {op_text} {b.const})", lo, hi)
         return
-    helper = "tn_floordiv" if op.name == "index.floordiv" else "tn_mod"
+    helper = "tn_floordiv" if floordiv else "tn_mod"
     x = a.expr if a.const is None else f"tl.full([], {a.expr}, tl.int64)"
     _set(em, op, f"{helper}({x}, {b.expr})", lo, hi)
 
@@ -96,9 +99,9 @@ _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
 @lowering(ops.IndexCmp)
-def _cmp(em: Emitter, op: Op) -> None:
-    a, b = em.idx(op.operands[0]), em.idx(op.operands[1])
-    sym = _CMP[op.attrs["pred"]]
+def _cmp(em: Emitter, op: ops.IndexCmp) -> None:
+    a, b = em.idx(op.lhs), em.idx(op.rhs)
+    sym = _CMP[op.pred]
     if a.const is not None and b.const is not None:
         value = eval(f"{a.const} {sym} {b.const}")  # noqa: S307 - two int literals
         em.bind(op.result, f"tl.full([], {value}, tl.int1)", "c", ())
@@ -108,8 +111,8 @@ def _cmp(em: Emitter, op: Op) -> None:
 
 
 @lowering(ops.IndexToTile)
-def _to_tile(em: Emitter, op: Op) -> None:
-    a = em.idx(op.operands[0])
+def _to_tile(em: Emitter, op: ops.IndexToTile) -> None:
+    a = em.idx(op.index)
     t = op.result.type
     assert isinstance(t, TileType)
     dt = tl_dtype(t.dtype)

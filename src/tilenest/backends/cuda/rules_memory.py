@@ -15,7 +15,6 @@ from tilenest.backends.cuda.emitter import Block, Emitter, Idx
 from tilenest.backends.cuda.rules import lowering
 from tilenest.backends.cuda.rules_tile import literal
 from tilenest.ir import ops
-from tilenest.ir.core import Op
 from tilenest.ir.types import TensorType, TileType
 
 I32_MAX = 2**31 - 1
@@ -51,7 +50,7 @@ def _axis_terms(em: Emitter, origin: Idx, extent: int, size: int, padded: int, a
     return terms
 
 
-def access(em: Emitter, op: Op, tensor: TensorType, origins: list[Idx],
+def access(em: Emitter, op: ops.Memory, tensor: TensorType, origins: list[Idx],
            shape_attr: tuple[int | None, ...], tile: TileType) -> Access:
     padded = em.padded(tile)
     rank = len(padded)
@@ -82,7 +81,7 @@ def access(em: Emitter, op: Op, tensor: TensorType, origins: list[Idx],
     inner = " + ".join(inner_terms) if inner_terms else "0"
     if span > I32_MAX:
         inner = f"({inner}).to(tl.int64)"
-    param = em.params[op.operands[0]]
+    param = em.params[op.tensor]
     ptr = param if not base else f"({param} + {base})"
     pointers = f"{ptr} + {inner}" if inner != "0" else ptr
     if rank and inner == "0":
@@ -102,32 +101,31 @@ def access(em: Emitter, op: Op, tensor: TensorType, origins: list[Idx],
     return Access(pointers, mask, padded)
 
 
-def _origins(em: Emitter, op: Op, first: int, rank: int) -> list[Idx]:
-    return [em.idx(v) for v in op.operands[first:first + rank]]
+def _origins(em: Emitter, op: ops.Memory) -> list[Idx]:
+    return [em.idx(v) for v in op.indices]
 
 
 @lowering(ops.Load)
-def _load(em: Emitter, op: Op) -> None:
-    tensor = em.tensor_type(op.operands[0])
+def _load(em: Emitter, op: ops.Load) -> None:
+    tensor = em.tensor_type(op.tensor)
     tile = op.result.type
     assert isinstance(tensor, TensorType) and isinstance(tile, TileType)
-    acc = access(em, op, tensor, _origins(em, op, 1, tensor.rank), op.attrs["shape"], tile)
+    acc = access(em, op, tensor, _origins(em, op), op.shape, tile)
     em.ordered(op)
     if acc.mask is None:
         em.bind(op.result, f"tl.load({acc.pointers})", "ld", acc.padded)
         return
-    fill = literal(op.attrs["fill"], tile.dtype)
+    fill = literal(op.fill, tile.dtype)
     em.bind(op.result, f"tl.load({acc.pointers}, mask={acc.mask}, other={fill})", "ld",
             acc.padded)
 
 
 @lowering(ops.Store)
-def _store(em: Emitter, op: Op) -> None:
-    tensor = em.tensor_type(op.operands[0])
+def _store(em: Emitter, op: ops.Store) -> None:
+    tensor = em.tensor_type(op.tensor)
     assert isinstance(tensor, TensorType)
-    value: Block = em.block(op.operands[1 + tensor.rank])
-    acc = access(em, op, tensor, _origins(em, op, 1, tensor.rank), op.attrs["shape"],
-                 value.type)
+    value: Block = em.block(op.value)
+    acc = access(em, op, tensor, _origins(em, op), op.shape, value.type)
     em.ordered(op)
     if acc.mask is None:
         em.emit(f"tl.store({acc.pointers}, {value.name})")

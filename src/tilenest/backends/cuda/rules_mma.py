@@ -19,7 +19,6 @@ from tilenest.backends.cuda.emitter import Block, Emitter, tl_dtype
 from tilenest.backends.cuda.rules import lowering
 from tilenest.errors import BackendError
 from tilenest.ir import ops
-from tilenest.ir.core import Op
 from tilenest.ir.ops import mma_roles
 from tilenest.ir.types import Dim, TileType
 
@@ -43,8 +42,8 @@ def _zero_k(em: Emitter, name: str, x: Block, k: Dim, axis_after: int, rank: int
 
 
 @lowering(ops.Mma)
-def _mma(em: Emitter, op: Op) -> None:
-    a, b, acc = (em.block(v) for v in op.operands)
+def _mma(em: Emitter, op: ops.Mma) -> None:
+    a, b, acc = em.block(op.a), em.block(op.b), em.block(op.acc)
     ta, tb, tc = a.type, b.type, acc.type
     batch, ms, ns, ks = mma_roles(ta, tb, tc)
     if len(ms) != 1 or len(ns) != 1:

@@ -29,7 +29,7 @@ from tilenest.backends.cuda.rules_regions import carried_loop
 from tilenest.backends.cuda.rules_tile import negative_zero
 from tilenest.errors import BackendError
 from tilenest.ir import ops
-from tilenest.ir.core import Op, Value
+from tilenest.ir.core import Value
 from tilenest.ir.dtypes import DType
 from tilenest.ir.types import TileType
 
@@ -74,7 +74,7 @@ def _tree(em: Emitter, src: str, x: Block, axis: int, helper: str) -> str:
     return em.assign(f"tl.reduce({src}, {rank - 1}, tn_first)", "tr")
 
 
-def _axis_shape(op: Op, closed: dict[int, ClosedState]
+def _axis_shape(op: ops.Reduce, closed: dict[int, ClosedState]
                 ) -> tuple[Value, int, ClosedState] | None:
     """The folded tile, its axis and the state of a reduction over one tile axis: what
     `tn.sum(x, axis=d)` lowers to (`take`), or the hand-written `acc ⊕ x[r.index()]` over
@@ -82,19 +82,19 @@ def _axis_shape(op: Op, closed: dict[int, ClosedState]
     found = axis_reduction(op, closed)
     if found is not None:
         take, state = found
-        return take.operands[0], take.attrs["axis"], state
+        return take.x, take.axis, state
     body = op.body
-    if len(op.attrs["domain"]) != 1 or len(op.operands) != 1 or 0 not in closed:
+    if len(op.domain) != 1 or len(op.inits) != 1 or 0 not in closed:
         return None
-    ops = [o for o in body.ops if o.name != "yield"]
+    inner = [o for o in body.ops if not isinstance(o, ops.Yield)]
     state = closed[0]
-    if len(ops) != 2 or ops[0].name != "extract" or ops[1] is not state.combine:
+    if len(inner) != 2 or not isinstance(inner[0], ops.Extract) or inner[1] is not state.combine:
         return None
-    extract = ops[0]
-    source = extract.operands[0]
-    if len(extract.operands) != 2 or extract.operands[1] is not body.args[0] or \
+    extract = inner[0]
+    source = extract.x
+    if len(extract.indices) != 1 or extract.indices[0] is not op.coords[0] or \
             not isinstance(source.type, TileType) or source.type.rank != 1 or \
-            source.type.shape[0] != op.attrs["domain"][0][1]:
+            source.type.shape[0] != op.extents[0]:
         return None
     if state.combine.operands[1 - state.state_operand] is not extract.result:
         return None
@@ -102,20 +102,20 @@ def _axis_shape(op: Op, closed: dict[int, ClosedState]
 
 
 @lowering(ops.Reduce)
-def _reduce(em: Emitter, op: Op) -> None:
-    order = op.attrs["order"]
+def _reduce(em: Emitter, op: ops.Reduce) -> None:
+    order = op.order
     closed = closed_states(op)
     shape = _axis_shape(op, closed) if order in ("unordered_tree", "ordered_tree") else None
     if shape is not None:
         source, axis, state = shape
         x = em.block(source)
-        init = em.block(op.operands[0])
+        init = em.block(op.inits[0])
         t = op.result.type
         assert isinstance(t, TileType)
-        if op.attrs["domain"][0][1] == 0:
+        if op.extents[0] == 0:
             em.env[op.result] = init
             return
-        name = state.combine.name
+        name = state.combine.name  # the combiner's name keys the helper tables
         helper, inner = combine_helper(name, x.dtype), tree_helper(name, x.dtype)
         src = _masked(em, x, axis, name)
         if x.dtype.is_bool:

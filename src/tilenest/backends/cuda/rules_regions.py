@@ -17,12 +17,11 @@ from tilenest.backends.cuda.ordering import region_has_barrier
 from tilenest.backends.cuda.rules import lower_ops, lowering
 from tilenest.backends.cuda.splitk import emit_combine, emit_partial
 from tilenest.ir import ops
-from tilenest.ir.core import Op
 from tilenest.ir.types import TileType
 
 
-def pipelinable(em: Emitter, op: Op) -> bool:
-    stored = {inner.operands[0] for inner in op.body.walk() if inner.name == "store"}
+def pipelinable(em: Emitter, op: ops.RegionOp) -> bool:
+    stored = {inner.tensor for inner in op.body.walk() if isinstance(inner, ops.Store)}
     if not stored:
         return True
     plan = em.facts.plan
@@ -30,19 +29,19 @@ def pipelinable(em: Emitter, op: Op) -> bool:
                 and not (stored & em.facts.loaded_params))
 
 
-def domain_loops(em: Emitter, op: Op, body: Callable[[list[Idx]], None], *,
+def domain_loops(em: Emitter, op: ops.RegionOp, body: Callable[[list[Idx]], None], *,
                  reverse: bool = False, stages: int = 1) -> None:
     """Nested loops over the op's domain (lexicographic; `reverse` runs it backwards)."""
-    domain = op.attrs["domain"]
+    extents = op.extents
     coords: list[Idx] = []
 
     def level(k: int) -> None:
-        if k == len(domain):
+        if k == len(extents):
             body(coords)
             return
-        extent = domain[k][1]
+        extent = extents[k]
         var = em.fresh("k")
-        opts = f", num_stages={stages}" if k == len(domain) - 1 else ""
+        opts = f", num_stages={stages}" if k == len(extents) - 1 else ""
         em.emit(f"for {var} in tl.range(0, {extent}{opts}):")
         with em.indented():
             idx = em.fresh("i")
@@ -71,12 +70,12 @@ def update_carries(em: Emitter, names: list[str], new: list[str]) -> None:
             em.emit(f"{nm} = {staged.get(src, src)}")
 
 
-def carried_loop(em: Emitter, op: Op, *, reverse: bool = False, stages: int = 1) -> None:
+def carried_loop(em: Emitter, op: ops.RegionOp, *, reverse: bool = False, stages: int = 1
+                 ) -> None:
     """A loop whose body args after the domain are carries and whose yield updates them."""
-    n = len(op.attrs["domain"])
     names: list[str] = []
     seen: set[str] = set()
-    for init in op.operands:
+    for init in op.inits:
         b = em.block(init)
         source = b.name
         if source in seen:
@@ -87,12 +86,12 @@ def carried_loop(em: Emitter, op: Op, *, reverse: bool = False, stages: int = 1)
         seen.add(b.name)
         names.append(em.assign(source, "carry"))
     carries = [Block(nm, em.block(init).type, em.block(init).padded)
-               for nm, init in zip(names, op.operands, strict=True)]
+               for nm, init in zip(names, op.inits, strict=True)]
 
     def body(coords: list[Idx]) -> None:
-        for arg, c in zip(op.body.args[:n], coords, strict=True):
+        for arg, c in zip(op.coords, coords, strict=True):
             em.env[arg] = c
-        for arg, c in zip(op.body.args[n:], carries, strict=True):
+        for arg, c in zip(op.carried, carries, strict=True):
             em.env[arg] = c
         lower_ops(em, op.body.ops)
         term = op.body.terminator
@@ -115,7 +114,7 @@ def _distinct_copy(b: Block) -> str:
 
 
 @lowering(ops.Serial, ops.Pipeline)
-def _loop(em: Emitter, op: Op) -> None:
+def _loop(em: Emitter, op: ops.RegionOp) -> None:
     # A barrier inside the body orders its accesses; prefetching loads past it would not.
     ordered = region_has_barrier(op.body, em.barriers)
     stages = getattr(em.facts.plan, "num_stages", 1) if pipelinable(em, op) and not ordered \
@@ -131,13 +130,13 @@ def _loop(em: Emitter, op: Op) -> None:
 
 
 @lowering(ops.Parallel)
-def _nested_parallel(em: Emitter, op: Op) -> None:
+def _nested_parallel(em: Emitter, op: ops.Parallel) -> None:
     carried_loop(em, op, stages=1)
 
 
 @lowering(ops.Map)
-def _map(em: Emitter, op: Op) -> None:
-    args = [em.block(v) for v in op.operands]
+def _map(em: Emitter, op: ops.Map) -> None:
+    args = [em.block(v) for v in op.inputs]
     for arg, b in zip(op.body.args, args, strict=True):
         em.env[arg] = Block(b.name, arg.type, b.padded)  # type: ignore[arg-type]
     em.in_map += 1

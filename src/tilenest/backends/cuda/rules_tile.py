@@ -58,11 +58,11 @@ def shape_text(shape: tuple[int, ...]) -> str:
 
 
 @lowering(ops.Full)
-def _full(em: Emitter, op: Op) -> None:
+def _full(em: Emitter, op: ops.Full) -> None:
     t = op.result.type
     assert isinstance(t, TileType)
     shape = em.padded(t)
-    em.bind(op.result, full_expr(shape_text(shape), op.attrs["value"], t.dtype), "f", shape)
+    em.bind(op.result, full_expr(shape_text(shape), op.value, t.dtype), "f", shape)
 
 
 @lowering(ops.Arange)
@@ -110,13 +110,13 @@ def _range_check(em: Emitter, i: Idx, n: int, op: Op, what: str) -> None:
 
 
 @lowering(ops.Extract)
-def _extract(em: Emitter, op: Op) -> None:
-    x = em.block(op.operands[0])
+def _extract(em: Emitter, op: ops.Extract) -> None:
+    x = em.block(op.x)
     if x.type.rank == 0:
         em.env[op.result] = Block(x.name, op.result.type, x.padded)  # type: ignore[arg-type]
         return
     terms = []
-    for axis, v in enumerate(op.operands[1:]):
+    for axis, v in enumerate(op.indices):
         i = em.idx(v)
         _range_check(em, i, x.type.shape[axis], op, "extract")
         terms.append(f"({em.arange(x.padded[axis], axis, x.type.rank)} == {i.expr})")
@@ -125,10 +125,10 @@ def _extract(em: Emitter, op: Op) -> None:
 
 
 @lowering(ops.Take)
-def _take(em: Emitter, op: Op) -> None:
-    x = em.block(op.operands[0])
-    axis = op.attrs["axis"]
-    i = em.idx(op.operands[1])
+def _take(em: Emitter, op: ops.Take) -> None:
+    x = em.block(op.x)
+    axis = op.axis
+    i = em.idx(op.index)
     _range_check(em, i, x.type.shape[axis], op, "take")
     mask = f"({em.arange(x.padded[axis], axis, x.type.rank)} == {i.expr})"
     out = tuple(e for a, e in enumerate(x.padded) if a != axis)
@@ -136,11 +136,11 @@ def _take(em: Emitter, op: Op) -> None:
 
 
 @lowering(ops.Broadcast)
-def _broadcast(em: Emitter, op: Op) -> None:
-    x = em.block(op.operands[0])
+def _broadcast(em: Emitter, op: ops.Broadcast) -> None:
+    x = em.block(op.x)
     dst = op.result.type
     assert isinstance(dst, TileType)
-    src_axes: tuple[int | None, ...] = op.attrs["src_axes"]
+    src_axes: tuple[int | None, ...] = op.src_axes
     out_shape = em.padded(dst) if not em.in_map else x.padded
     if dst.rank == 0 or em.in_map:
         em.env[op.result] = Block(x.name, dst, x.padded)

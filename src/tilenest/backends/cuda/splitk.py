@@ -19,17 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from tilenest.backends.cuda.resources import BlockLayout
+from tilenest.ir import ops
 from tilenest.ir.core import Function, Op
 from tilenest.ir.ops import EFFECT, has_trait
 from tilenest.ir.types import TileType
 
-LOOPS = ("serial", "pipeline")
-
 
 @dataclass(frozen=True)
 class SplitSite:
-    parallel: Op
-    loop: Op
+    parallel: ops.Parallel
+    loop: ops.Serial | ops.Pipeline
     position: int     # index of the loop in the parallel's body
     programs: int     # output tiles (instances of the parallel)
     trips: int        # iterations of the K loop
@@ -39,10 +38,10 @@ class SplitSite:
         return -(-self.trips // splits)
 
 
-def _effects(ops: list[Op]) -> list[Op]:
+def _effects(body: list[Op]) -> list[Op]:
     out = []
-    for op in ops:
-        if has_trait(op, EFFECT) and op.name != "load":
+    for op in body:
+        if has_trait(op, EFFECT) and not isinstance(op, ops.Load):
             out.append(op)
         for r in op.regions:
             out += _effects(r.ops)
@@ -51,26 +50,26 @@ def _effects(ops: list[Op]) -> list[Op]:
 
 def split_site(fn: Function) -> SplitSite | str:
     """The loop split-K would split, or why the function has none."""
-    roots = [op for op in fn.body.ops if op.name == "parallel"]
+    roots = [op for op in fn.body.ops if isinstance(op, ops.Parallel)]
     if len(roots) != 1:
         return f"split-K needs exactly one root parallel (found {len(roots)})"
-    if _effects([op for op in fn.body.ops if op.name != "parallel"]):
+    if _effects([op for op in fn.body.ops if not isinstance(op, ops.Parallel)]):
         return "split-K needs a function without root-level effects"
     par = roots[0]
-    loops = [(i, op) for i, op in enumerate(par.body.ops) if op.name in LOOPS
-             and any(x.name == "mma" for x in op.body.walk())]
+    loops = [(i, op) for i, op in enumerate(par.body.ops) if isinstance(op, ops.LOOP_OPS)
+             and any(isinstance(x, ops.Mma) for x in op.body.walk())]
     if len(loops) != 1:
         return f"split-K needs one top-level loop with an `mma` (found {len(loops)})"
     pos, loop = loops[0]
     if _effects(par.body.ops[:pos]):
         return "split-K needs no store before the K loop"
-    domain = loop.attrs["domain"]
+    domain = loop.domain
     if len(domain) != 1 or not isinstance(domain[0][1], int) or domain[0][1] < 2:
         return "split-K needs a K loop over one static axis of at least 2 trips"
-    if len(loop.operands) != 1:
+    if len(loop.inits) != 1:
         return f"split-K needs the `mma` accumulator as the loop's only carry " \
-               f"({len(loop.operands)} carries)"
-    carry = loop.body.args[1]
+               f"({len(loop.inits)} carries)"
+    carry = loop.carried[0]
     t = carry.type
     if not isinstance(t, TileType) or t.dtype.name != "f32":
         return "split-K needs an f32 accumulator (the partials are summed in f32)"
@@ -78,7 +77,7 @@ def split_site(fn: Function) -> SplitSite | str:
     if term is None or len(term.operands) != 1:
         return "split-K needs a loop that yields its accumulator"
     acc = term.operands[0].owner
-    if getattr(acc, "name", None) != "mma" or acc.operands[2] is not carry:
+    if not isinstance(acc, ops.Mma) or acc.acc is not carry:
         return "split-K needs the carry updated as `acc = tn.mma(a, b, acc)`"
     readers = [op for op in loop.body.walk() for v in op.operands if v is carry]
     if len(readers) != 1:
@@ -86,7 +85,7 @@ def split_site(fn: Function) -> SplitSite | str:
     if _effects(loop.body.ops):
         return "split-K needs a K loop whose body only loads"
     programs = 1
-    for _, e in par.attrs["domain"]:
+    for e in par.extents:
         programs *= e
     block = 1
     for e in BlockLayout(fn, 16).shape(t):
@@ -143,13 +142,13 @@ def _workspace_pointers(em: Any, split: SplitEmit, slice_expr: str, padded: tupl
     return f"TN_WS + {base} + ({_flat_offsets(em, padded)})"
 
 
-def emit_partial(em: Any, op: Op, split: SplitEmit, stages: int) -> None:
+def emit_partial(em: Any, op: ops.RegionOp, split: SplitEmit, stages: int) -> None:
     """The K-slice of program `pid`: its trips from the initial value (slice 0) or zeros,
     then the padded accumulator block into the workspace."""
     from tilenest.backends.cuda.emitter import Idx
     from tilenest.backends.cuda.rules import lower_ops
 
-    init = em.block(op.operands[0])
+    init = em.block(op.inits[0])
     shape = ", ".join(map(str, init.padded))
     # tl.full, not tl.zeros: zeros is a jit function, which the interpreter may refuse.
     carry = em.assign(f"tl.where(tn_split == 0, {init.name}, tl.full([{shape}], 0.0, "
@@ -162,8 +161,8 @@ def emit_partial(em: Any, op: Op, split: SplitEmit, stages: int) -> None:
     em.emit(f"for {var} in tl.range({lo}, {hi}, num_stages={stages}):")
     with em.indented():
         idx = em.assign(f"tl.cast({var}, tl.int64)", "i")
-        em.env[op.body.args[0]] = Idx(idx, 0, max(0, trips - 1))
-        em.env[op.body.args[1]] = type(init)(carry, init.type, init.padded)
+        em.env[op.coords[0]] = Idx(idx, 0, max(0, trips - 1))
+        em.env[op.carried[0]] = type(init)(carry, init.type, init.padded)
         lower_ops(em, op.body.ops)
         term = op.body.terminator
         assert term is not None
@@ -173,9 +172,9 @@ def emit_partial(em: Any, op: Op, split: SplitEmit, stages: int) -> None:
     em.emit(f"tl.store({_workspace_pointers(em, split, 'tn_split', init.padded)}, {carry})")
 
 
-def emit_combine(em: Any, op: Op, split: SplitEmit) -> None:
+def emit_combine(em: Any, op: ops.RegionOp, split: SplitEmit) -> None:
     """The loop's result: the S partials of program `pid` summed in slice order."""
-    init = em.block(op.operands[0])
+    init = em.block(op.inits[0])
     first = _workspace_pointers(em, split, "0", init.padded)
     acc = em.assign(f"tl.load({first})", "acc")
     s = em.fresh("s")

@@ -54,6 +54,7 @@ from tilenest.backends.cuda.resources import (
 )
 from tilenest.backends.cuda.splitk import split_phases, split_site
 from tilenest.errors import ArgumentError, BackendError
+from tilenest.ir import ops
 from tilenest.ir.core import Function
 from tilenest.numerics import as_policy
 from tilenest.plan.constraints import Constraints
@@ -105,8 +106,8 @@ def explain(fn: Function, plan: CudaPlan, info: GpuInfo | None = None,
 
 
 def _has_loop_loads(fn: Function) -> bool:
-    return any(op.name in ("serial", "pipeline") and any(x.name == "load"
-                                                         for x in op.body.walk())
+    return any(isinstance(op, ops.LOOP_OPS) and any(isinstance(x, ops.Load)
+                                                    for x in op.body.walk())
                for op in fn.walk())
 
 
@@ -146,7 +147,7 @@ class CudaTargetInfo:
         self.element_refusal = refusal(fn)
         self.split = split_site(fn)
         self.has_loop_loads = _has_loop_loads(fn)
-        self.loops = sum(1 for op in fn.walk() if op.name in ("serial", "pipeline"))
+        self.loops = sum(1 for op in fn.walk() if isinstance(op, ops.LOOP_OPS))
         layout = BlockLayout(fn, self.default.min_dot_extent)
         self.smem_per_stage = smem_per_stage(fn, self.default.min_dot_extent, layout)
         tiles = [(op, dot_tiles(op, layout, allow_tf32)) for op in root_parallels(fn)]
@@ -154,7 +155,7 @@ class CudaTargetInfo:
         self.phase_facts = [(op, ts, register_demand(op, layout, self.tensor_core),
                              float(loop_trips(op))) for op, ts in tiles]
         self.max_demand = max((d for _, _, d, _ in self.phase_facts), default=0.0)
-        self.has_mma = has_op(fn, "mma")
+        self.has_mma = has_op(fn, ops.Mma)
         # The fixed controls a realized plan takes as they are (the traversal is the
         # planner's `program_traversal`, split into group_rows/group_columns).
         self._fixed = {k: v for k, v in self.constraints.items() if k != "program_traversal"}
@@ -566,7 +567,7 @@ class CudaTargetInfo:
         assuming the rest hits L2. `traversal`: the plan's root_axis_order, group_rows and
         group_columns."""
         op, tiles, _, _ = self.phase_facts[phase]
-        domain = [e for _, e in op.attrs["domain"]]
+        domain = list(op.extents)
         if len(domain) < 2 or not tiles:
             return 1.0
         root_order, group_rows, group_columns = traversal
@@ -607,9 +608,9 @@ class CudaTargetInfo:
     def _atoms_windows(self) -> tuple[tuple[Atom, ...], tuple[tuple[str, int], ...]]:
         return self._memoized("complete", (), lambda: (
             tuple(Atom(str(op.loc) if op.loc else "mma", "dot")
-                  for op in self.fn.walk() if op.name == "mma"),
-            tuple((str(op.loc) if op.loc else "pipeline", int(op.attrs["window"]))
-                  for op in self.fn.walk() if op.name == "pipeline")))
+                  for op in self.fn.walk() if isinstance(op, ops.Mma)),
+            tuple((str(op.loc) if op.loc else "pipeline", int(op.window))
+                  for op in self.fn.walk() if isinstance(op, ops.Pipeline))))
 
     def complete(self, fn: Function, candidate: Candidate) -> Candidate:
         """Fill in A (a tensor-core `dot` per `mma`) and Theta's pipeline windows (the
