@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from tilenest.errors import TileError, TuneError
-from tilenest.runtime.cache import DiskCache, cache_root, source_fingerprint
+from tilenest.runtime.cache import DiskCache, component_dir, source_fingerprint
 
 FORMAT = "tilenest-plan-cache-1"
 _PART = "plan"
@@ -68,7 +68,7 @@ stats = _Stats()
 def plan_cache_dir() -> Path:
     """`$TILENEST_CACHE_DIR`, else `~/.cache/tilenest`: entries are `<digest>.plan` files
     beside the backends' (flat: tools and tests read the directory as files)."""
-    return cache_root()
+    return component_dir("plans")
 
 
 def _open() -> DiskCache | None:

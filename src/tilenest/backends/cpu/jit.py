@@ -23,7 +23,7 @@ import llvmlite.binding as llvm
 
 from tilenest.config import CPU_FEATURES, CPU_NAME, VECTOR_BITS
 from tilenest.errors import BackendError
-from tilenest.runtime.cache import DiskCache, cache_dir
+from tilenest.runtime.cache import DiskCache, component_dir
 
 _CACHE_FORMAT = "tilenest-cpu-jit-2"  # 2: parts carry a MAC (runtime/cache.py)
 _OBJ, _IR = "o", "ll"  # disk parts; the object is written last and marks a complete entry
@@ -355,7 +355,7 @@ def compile_ir(llvm_ir: str, entry_points: list[str], *, opt_level: int = 3,
             hit = _memory[key]
             _check_entry_points(hit, entry_points)
             return hit
-        disk = DiskCache.open(cache_dir()) if cache else None  # None: refused or unusable
+        disk = DiskCache.open(component_dir("cpu")) if cache else None  # None: refused or unusable
         cached = _load_cached(disk, key) if disk is not None else None
         tm = _target_machine(info, opt_level)
         if cached is not None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from tilenest.backends.cpu.plan import CpuPlan
 from tilenest.ir.core import Function
-from tilenest.runtime.cache import DiskCache, cache_dir, source_fingerprint
+from tilenest.runtime.cache import DiskCache, component_dir, source_fingerprint
 
 if TYPE_CHECKING:
     from tilenest.backends.cpu.emit import EmittedModule
@@ -84,7 +84,7 @@ def lower_function(fn: Function, plan: CpuPlan, vector_bits: int, *,
     which the launcher checks at every invocation); read from the lowering cache when an
     earlier process lowered the same function under the same plan."""
     key = lowering_key(fn, plan, vector_bits, assume_no_alias) if cache else None
-    disk = DiskCache.open(cache_dir()) if key is not None else None
+    disk = DiskCache.open(component_dir("cpu")) if key is not None else None
     if disk is not None and key is not None:
         hit = _load(disk, key)
         if hit is not None:
