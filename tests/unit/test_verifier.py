@@ -7,8 +7,7 @@ from collections.abc import Callable
 import pytest
 from ir_samples import SAMPLES, VALID_SAMPLES, FnBuilder, bool_, f32, i32, scalar, tile
 
-from tilenest.ir.core import Function, Op, Param, Region, Value
-from tilenest.ir.core import CATALOG
+from tilenest.ir.core import CATALOG, Function, Op, Param, Region, Value
 from tilenest.ir.opdef import Defined
 from tilenest.ir.ops import VerifyError
 from tilenest.ir.types import INDEX, Dim, TileType
