@@ -70,6 +70,12 @@ def _result_is(op: Op, want: object) -> None:
         raise VerifyError(op, f"result type {want}", str(op.result.type))
 
 
+def _family(base: type[Defined], name: str, cls_name: str, **attrs: object) -> type[Defined]:
+    """A catalog class for one member of a family (same operands and rule, its own name)."""
+    return type(cls_name, (base,), {"__slots__": (), "NAME": name, "__module__": __name__,
+                                    "__qualname__": cls_name, **attrs})
+
+
 # ---------------------------------------------------------------------------- index ops
 
 INDEX_BINARY = ("add", "sub", "mul", "floordiv", "mod", "min", "max")
@@ -96,39 +102,13 @@ class IndexBinary(Defined):
     rhs = Operand(INDEX)
 
 
-class IndexAdd(IndexBinary):
-    __slots__ = ()
-    NAME = "index.add"
-
-
-class IndexSub(IndexBinary):
-    __slots__ = ()
-    NAME = "index.sub"
-
-
-class IndexMul(IndexBinary):
-    __slots__ = ()
-    NAME = "index.mul"
-
-
-class IndexFloorDiv(IndexBinary):
-    __slots__ = ()
-    NAME = "index.floordiv"
-
-
-class IndexMod(IndexBinary):
-    __slots__ = ()
-    NAME = "index.mod"
-
-
-class IndexMin(IndexBinary):
-    __slots__ = ()
-    NAME = "index.min"
-
-
-class IndexMax(IndexBinary):
-    __slots__ = ()
-    NAME = "index.max"
+IndexAdd = _family(IndexBinary, "index.add", "IndexAdd")
+IndexSub = _family(IndexBinary, "index.sub", "IndexSub")
+IndexMul = _family(IndexBinary, "index.mul", "IndexMul")
+IndexFloorDiv = _family(IndexBinary, "index.floordiv", "IndexFloorDiv")
+IndexMod = _family(IndexBinary, "index.mod", "IndexMod")
+IndexMin = _family(IndexBinary, "index.min", "IndexMin")
+IndexMax = _family(IndexBinary, "index.max", "IndexMax")
 
 
 class IndexCmp(Defined):
@@ -236,11 +216,6 @@ class Compare(Defined):
         if a != b:
             raise VerifyError(self, "operands of one type", f"{a} and {b}")
         _result_is(self, a.with_dtype(bool_))
-
-
-def _family(base: type[Defined], name: str, cls_name: str, **attrs: object) -> type[Defined]:
-    return type(cls_name, (base,), {"__slots__": (), "NAME": name, "__module__": __name__,
-                                    "__qualname__": cls_name, **attrs})
 
 
 UNARY_KINDS: dict[str, frozenset[str]] = {
