@@ -64,6 +64,7 @@ from tilenest.lang.tunable import Tunable as Tunable
 from tilenest.lang.tunable import tunable as tunable
 from tilenest.lang.values import Index as Index
 from tilenest.lang.values import Tile as Tile
+from tilenest.lang.values import index as index
 from tilenest.numerics import FMA as FMA
 from tilenest.numerics import IEEE as IEEE
 from tilenest.numerics import NumericalPolicy as NumericalPolicy

@@ -2,10 +2,11 @@
 
 Backends compute index expressions (coordinates, origins, offsets) in 64-bit integers; an
 expression whose exact value leaves that range would wrap, possibly to an in-bounds address.
-Every Index value here is an expression of constants and region coordinates, whose extents
-are known at capture, so its exact range is known at capture too: interval arithmetic per op
-(floor semantics for `//` and `%`), region coordinates in [0, extent - 1]. What does not fit
-is rejected at the op's source line before anything runs.
+Every Index value here is an expression of constants, region coordinates (whose extents are
+known at capture) and loaded integers (`tn.index(t)`, anywhere in its element type's range),
+so a bound of its range is known at capture too: interval arithmetic per op (floor semantics
+for `//` and `%`), region coordinates in [0, extent - 1], a loaded i32 in [-2**31, 2**31 - 1].
+What may not fit is rejected at the op's source line before anything runs.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from collections.abc import Callable
 
 from tilenest.errors import CaptureError
 from tilenest.ir import ops
-from tilenest.ir.core import Function, Region, Value
+from tilenest.ir.core import Function, Op, Region, Value
+from tilenest.ir.dtypes import DType
 
 I64_MIN, I64_MAX = -(2 ** 63), 2 ** 63 - 1
 
@@ -69,15 +71,24 @@ _BINARY: dict[str, Callable[[Interval, Interval], Interval]] = {
 }
 
 
+def dtype_range(dtype: DType) -> Interval:
+    """Every value an integer element type holds (a loaded index may be any of them)."""
+    if dtype.kind == "uint":
+        return 0, 2 ** dtype.bits - 1
+    return -(2 ** (dtype.bits - 1)), 2 ** (dtype.bits - 1) - 1
+
+
 def index_ranges(fn: Function) -> dict[Value, Interval]:
-    """The exact bounds of each Index value whose bounds are known (all of them, for
-    programs of constants, shapes and region coordinates)."""
+    """Bounds of each Index value whose bounds are known (exact for programs of constants,
+    shapes and region coordinates; a loaded index spans its element type)."""
     ranges: dict[Value, Interval] = {}
 
     def visit(region: Region) -> None:
         for op in region.ops:
             if isinstance(op, ops.IndexConst):
                 ranges[op.result] = (op.value, op.value)
+            elif isinstance(op, ops.IndexFromTile):
+                ranges[op.result] = dtype_range(op.x.type.dtype)
             elif isinstance(op, ops.IndexBinary):
                 a, b = ranges.get(op.lhs), ranges.get(op.rhs)
                 if a is not None and b is not None:
@@ -109,13 +120,29 @@ def check_index_ranges(fn: Function) -> dict[Value, Interval]:
             _check_domain(op)
         if op.results and op.results[0] in ranges and not _fits(ranges[op.results[0]]):
             iv = ranges[op.results[0]]
+            hint = ("; an index from tn.index(t) may be any value of t's dtype: clamp it "
+                    "first with tn.minimum/tn.maximum (or min/max)" if _loaded(op) else "")
             raise CaptureError(
                 f"index arithmetic leaves the 64-bit range: this {op.name.split('.')[1]} can "
                 f"reach {_describe(iv)}, beyond [{I64_MIN}, {I64_MAX}]; the value would wrap "
-                f"(possibly to an in-bounds address)", loc=op.loc)
+                f"(possibly to an in-bounds address){hint}", loc=op.loc)
         if isinstance(op, ops.Memory):
             _check_origin(op, ranges)
     return ranges
+
+
+def _loaded(op: Op) -> bool:
+    """Whether an index op's value depends on a loaded integer (`index.from_tile`)."""
+    stack, seen = [op], set()
+    while stack:
+        o = stack.pop()
+        if isinstance(o, ops.IndexFromTile):
+            return True
+        if id(o) in seen or not isinstance(o, ops.IndexBinary):
+            continue
+        seen.add(id(o))
+        stack.extend(v.owner for v in o.operands if isinstance(v.owner, Op))
+    return False
 
 
 def _check_domain(op: ops.RegionOp) -> None:

@@ -140,6 +140,24 @@ class IndexToTile(Defined):
             raise VerifyError(self, "a rank-0 result", str(self.result.type))
 
 
+class IndexFromTile(Defined):
+    """A loaded integer scalar as an index value (`tn.index(t)`): data-dependent, so its
+    interval is its element type's range, never a proof that an access is in bounds."""
+
+    __slots__ = ()
+    NAME = "index.from_tile"
+    TRAITS = frozenset({PURE})
+    SUMMARY = "a rank-0 integer tile as an index value"
+    RESULTS = (INDEX,)
+    x = Operand(TILE)
+
+    def verify_op(self) -> None:
+        t = self.x.type
+        if t.rank != 0:
+            raise VerifyError(self, "a rank-0 operand", str(t))
+        _kinds(self, t, frozenset({"int", "uint"}))
+
+
 # ---------------------------------------------------------------------------- tile values
 
 
@@ -657,7 +675,9 @@ BINARY_OPS: tuple[type[Defined], ...] = (Add, Sub, Mul, Div, FloorDiv, Mod, Maxi
                                          And, Or, Xor)
 COMPARE_OPS: tuple[type[Defined], ...] = (Eq, Ne, Lt, Le, Gt, Ge)
 INDEX_OPS: tuple[type[Defined], ...] = (IndexConst, *INDEX_BINARY_OPS, IndexCmp, IndexToTile)
-"""Every op over index values (the `index.*` names)."""
+"""Every op over index values (the `index.*` names) but `index.from_tile`: its operand is a
+tile, so it is not computable from coordinates alone (element grids and vectorized `map`
+bodies evaluate these ops without their tiles)."""
 LOOP_OPS: tuple[type[Defined], ...] = (Serial, Pipeline)
 """The ordered loops (carried values, one iteration after another)."""
 

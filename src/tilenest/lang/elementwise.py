@@ -11,7 +11,15 @@ from tilenest.ir import ops
 from tilenest.ir.core import Region
 from tilenest.ir.types import TileType
 from tilenest.lang.context import current, emit
-from tilenest.lang.values import Index, Tile, binary, cast, is_scalar, unary, unify
+from tilenest.lang.values import (
+    Index,
+    Tile,
+    cast,
+    index_extremum,
+    is_scalar,
+    unary,
+    unify,
+)
 
 
 def where(cond: Any, a: Any, b: Any) -> Tile:
@@ -36,8 +44,16 @@ def rsqrt(x: Any) -> Tile: return unary("rsqrt", x)
 def tanh(x: Any) -> Tile: return unary("tanh", x)
 def sigmoid(x: Any) -> Tile: return unary("sigmoid", x)
 def abs(x: Any) -> Tile: return unary("abs", x)  # noqa: A001 - mirrors numpy's name
-def maximum(a: Any, b: Any) -> Tile: return binary("maximum", a, b)
-def minimum(a: Any, b: Any) -> Tile: return binary("minimum", a, b)
+
+
+def maximum(a: Any, b: Any) -> Tile | Index:
+    """Elementwise maximum; of Index values (and Python ints), an Index value."""
+    return index_extremum("maximum", a, b)
+
+
+def minimum(a: Any, b: Any) -> Tile | Index:
+    """Elementwise minimum; of Index values (and Python ints), an Index value."""
+    return index_extremum("minimum", a, b)
 
 
 def astype(x: Tile, dtype: dt.DType) -> Tile:

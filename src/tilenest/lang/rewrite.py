@@ -1,4 +1,5 @@
-"""Source rewriting that makes plain assignment capture loop-carried values.
+"""Source rewriting that makes plain assignment capture loop-carried values (and lifts
+Python's `min`/`max` over Index and Tile values).
 
 Every `for` statement of a kernel (or `@tn.func` helper) is wrapped so that, when its
 iterable is a tilenest region, the iterator learns which names the body assigns and which
@@ -7,11 +8,17 @@ the loop becomes a carried value (a region argument inside, a region result afte
 as `acc = tn.mma(a, b, acc)` reads; a name the body always writes first is a temporary of
 the body, and using it after the loop is an error. Loops over ordinary Python iterables run
 unchanged (they unroll at capture, as ordinary Python).
+
+Calls of the builtins `min`/`max` with two or more positional arguments go through
+`__tn_rt.extremum`, which gives `tn.minimum`/`tn.maximum` when an argument is an Index or a
+Tile (Index values stay Index values: a clamped bound, Triton's GROUP_SIZE_M swizzle) and
+Python's own result otherwise; a local or global binding of the name is called unchanged.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import inspect
 import sys
 import textwrap
@@ -108,6 +115,24 @@ class _ReturnRewriter(ast.NodeTransformer):
         call = ast.Call(ast.Attribute(ast.Name(f"{_PREFIX}rt", ast.Load()), "returned",
                                       ast.Load()), [node.value, ast.Constant(node.lineno)], [])
         return ast.copy_location(ast.Return(ast.copy_location(call, node.value)), node)
+
+
+class _ExtremumRewriter(ast.NodeTransformer):
+    """`min(a, b, ...)` / `max(a, b, ...)` become `__tn_rt.extremum(min, a, b, ...)`: with the
+    builtin and an Index or Tile argument that is `tn.minimum` / `tn.maximum` folded left (as
+    Triton maps them); otherwise the call is the original one (a local or global `min` that
+    shadows the builtin, plain Python values, `min(list)`, keywords)."""
+
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        self.generic_visit(node)
+        f = node.func
+        if not (isinstance(f, ast.Name) and f.id in ("min", "max") and len(node.args) >= 2
+                and not node.keywords
+                and not any(isinstance(a, ast.Starred) for a in node.args)):
+            return node
+        call = ast.Call(ast.Attribute(ast.Name(f"{_PREFIX}rt", ast.Load()), "extremum",
+                                      ast.Load()), [f, *node.args], [])
+        return ast.copy_location(call, node)
 
 
 class _LoopRewriter(ast.NodeTransformer):
@@ -210,6 +235,18 @@ class _Runtime:
         iterable.live_in = frozenset(live)
         return iterable
 
+    def extremum(self, fn: Callable[..., Any], *args: Any) -> Any:
+        from tilenest.lang.elementwise import maximum, minimum
+        from tilenest.lang.values import Index, Tile
+
+        lifted = {builtins.min: minimum, builtins.max: maximum}.get(fn)  # type: ignore[arg-type]
+        if lifted is None or not any(isinstance(a, (Index, Tile)) for a in args):
+            return fn(*args)
+        acc = args[0]
+        for a in args[1:]:
+            acc = lifted(acc, a)
+        return acc
+
     def returned(self, value: Any, lineno: int) -> Any:
         if value is not None:
             raise CaptureError(f"kernel `{self.function_name}` returned a value; kernels write "
@@ -253,6 +290,7 @@ def _factory_code(fn: Callable[..., Any], is_kernel: bool) -> CodeType | None:
     code = fn.__code__
     ast.increment_lineno(tree, code.co_firstlineno - 1)
     fdef = _LoopRewriter().visit(fdef)
+    fdef = _ExtremumRewriter().visit(fdef)
     # Inside the factory a `def` of the original name would shadow the module's binding: a
     # kernel that names itself would reach the raw rewritten body instead of the kernel.
     fdef.name = f"{_PREFIX}body"

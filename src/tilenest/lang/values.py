@@ -60,7 +60,7 @@ class Index:
     def _arith(self, name: str, other: Any, reverse: bool = False) -> Index | Tile:
         if isinstance(other, Tile) or isinstance(other, float):
             a, b = (other, self) if reverse else (self, other)
-            return binary(name if name != "min" else "minimum", a, b)
+            return binary(name, a, b)
         o = as_index(other)
         a, b = (o, self) if reverse else (self, o)
         return Index(emit(f"index.{name}", (a.value, b.value), (INDEX,)).result)
@@ -107,9 +107,58 @@ def as_index(x: Any) -> Index:
     """An Index from an Index or a Python int (emitting a constant)."""
     if isinstance(x, Index):
         return x
+    if isinstance(x, Tile):
+        raise CaptureError(f"expected an index value or a Python int, got {_describe(x)}; "
+                           f"{_tile_as_index_hint(x)}")
     if isinstance(x, bool) or not isinstance(x, int):
         raise CaptureError(f"expected an index value or a Python int, got {_describe(x)}")
     return Index(emit("index.const", (), (INDEX,), {"value": int(x)}).result)
+
+
+def _tile_as_index_hint(x: Tile) -> str:
+    if x.ndim == 0 and x.dtype.kind in ("int", "uint"):
+        return "to use a loaded integer as an index, write tn.index(t)"
+    return ("tn.index(t) turns a loaded integer rank-0 Tile into an index value (this one is "
+            f"a {x.dtype} tile of rank {x.ndim})")
+
+
+def index(t: Any) -> Index:
+    """`tn.index(t)`: a loaded integer rank-0 Tile as an Index value (an origin, an offset, a
+    bound). Its value is known only when the kernel runs, so backends never assume an access
+    at such an origin in bounds: out-of-range elements read the fill and are not written."""
+    if isinstance(t, Index):
+        return t
+    if isinstance(t, int) and not isinstance(t, bool):
+        return as_index(t)
+    if not isinstance(t, Tile):
+        raise CaptureError(f"tn.index expects a loaded integer rank-0 Tile, got {_describe(t)}")
+    if t.ndim != 0:
+        raise CaptureError(f"tn.index needs a rank-0 Tile (one integer), got {t!r}; select "
+                           f"one element first (x[j] of a rank-1 x), or load a region of shape "
+                           f"() (X.tile(origin, ()).load())")
+    if t.dtype.is_bool or t.dtype.is_float:
+        raise CaptureError(f"tn.index needs an integer Tile (int or uint), got a {t.dtype} "
+                           f"tile; an index is exact, so convert explicitly first, e.g. "
+                           f".astype(tn.i32)")
+    if t.dtype.kind == "uint" and t.dtype.bits >= 64:
+        raise CaptureError(f"tn.index of a {t.dtype} tile: values past 2**63 - 1 do not fit a "
+                           f"64-bit index; convert with .astype(tn.i64) first")
+    return Index(emit("index.from_tile", (t.value,), (INDEX,)).result)
+
+
+def _index_or_int(x: Any) -> bool:
+    return isinstance(x, Index) or (isinstance(x, int) and not isinstance(x, bool))
+
+
+def index_extremum(name: str, a: Any, b: Any) -> Index | Tile:
+    """`tn.minimum` / `tn.maximum` (`name`): an Index when both operands are Index values or
+    Python ints and at least one is an Index (`index.min` / `index.max`), else a tile op."""
+    if isinstance(a, Index) or isinstance(b, Index):
+        if _index_or_int(a) and _index_or_int(b):
+            x, y = as_index(a), as_index(b)
+            op = "index.min" if name == "minimum" else "index.max"
+            return Index(emit(op, (x.value, y.value), (INDEX,)).result)
+    return binary(name, a, b)
 
 
 class Tile:

@@ -94,7 +94,8 @@ class TensorView:
         return TensorView(self.name, self.value, tuple(new), declared=True)
 
     def tile(self, origin: Any, shape: Any, fill: bool | int | float = 0) -> ViewRegion:
-        """The region of `shape` starting at `origin`; out-of-bounds elements read `fill`."""
+        """The region of `shape` starting at `origin`; out-of-bounds elements read `fill`.
+        A `None` entry drops its axis (extent 1); `()` drops them all (one element)."""
         return ViewRegion(self, origin, shape, fill)
 
     def __getitem__(self, key: Any) -> Tile:
@@ -121,6 +122,8 @@ class ViewRegion:
         rank = view.ndim
         origin_t = origin if isinstance(origin, (tuple, list)) else (origin,)
         shape_t = shape if isinstance(shape, (tuple, list)) else (shape,)
+        if len(shape_t) == 0:
+            shape_t = (None,) * rank  # `()`: the one element at `origin`, a rank-0 tile
         if len(origin_t) != rank:
             raise ShapeError(f"{view.name} has rank {rank}: the origin needs {rank} entries, "
                              f"got {len(origin_t)}")

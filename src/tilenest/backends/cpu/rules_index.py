@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from tilenest.analysis.index_ranges import dtype_range
 from tilenest.backends.cpu import scalars as sc
 from tilenest.backends.cpu.emitter import Emitter, c64
 from tilenest.backends.cpu.reprs import Idx, Recipe
 from tilenest.backends.cpu.rules import lowering
 from tilenest.ir import ops
 from tilenest.ir.core import Op
+from tilenest.ir.dtypes import i64
 
 I64 = sc.I64
 
@@ -118,9 +120,27 @@ def _cmp(em: Emitter, op: ops.IndexCmp) -> None:
 def _to_tile(em: Emitter, op: ops.IndexToTile) -> None:
     a = em.idx(op.index)
     dtype = op.result.type.dtype
-    from tilenest.ir.dtypes import i64
 
     def emit(bld: ir.IRBuilder, coords: list[ir.Value], lane: ir.Value | None) -> ir.Value:
         return sc.cast(bld, i64, dtype, em.idx_lane(a, lane))
 
     em.env[op.result] = Recipe(dtype, (), a.uniform, emit)
+
+
+@lowering(ops.IndexFromTile)
+def _from_tile(em: Emitter, op: ops.IndexFromTile) -> None:
+    """The inverse of `index.to_tile`: the element widened to i64 (per lane when the tile
+    differs between the packet's programs). Its bounds are the element type's range, so an
+    access at this origin keeps its guards."""
+    t = em.tile(op.x)
+    dtype = op.x.type.dtype
+    b = em.b
+    lo, hi = dtype_range(dtype)
+    if t.uniform or em.lanes == 1:
+        lane = None if t.uniform else c64(0)
+        em.env[op.result] = Idx(sc.cast(b, dtype, i64, t.load(b, [], lane)), True, lo, hi)
+        return
+    vec = ir.Constant(ir.VectorType(I64, em.lanes), None)
+    for k in range(em.lanes):
+        vec = b.insert_element(vec, sc.cast(b, dtype, i64, t.load(b, [], c64(k))), c64(k))
+    em.env[op.result] = Idx(vec, False, lo, hi)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tilenest.analysis.index_ranges import dtype_range
 from tilenest.backends.cuda.emitter import Emitter, Idx, const_idx, tl_dtype
 from tilenest.backends.cuda.rules import lowering
 from tilenest.ir import ops
@@ -121,3 +122,13 @@ def _to_tile(em: Emitter, op: ops.IndexToTile) -> None:
         em.bind(op.result, f"tl.full([], {value!r}, {dt})", "s", ())
         return
     em.bind(op.result, f"tl.cast({a.expr}, {dt})", "s", ())
+
+
+@lowering(ops.IndexFromTile)
+def _from_tile(em: Emitter, op: ops.IndexFromTile) -> None:
+    """The inverse of `index.to_tile`: the scalar widened to int64 (sign- or zero-extended by
+    its type). Its bounds are the element type's range, so an access at this origin keeps its
+    mask."""
+    x = em.block(op.x)
+    lo, hi = dtype_range(op.x.type.dtype)
+    em.env[op.result] = Idx(em.assign(f"tl.cast({x.name}, tl.int64)", "i"), lo, hi)

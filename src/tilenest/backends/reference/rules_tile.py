@@ -81,6 +81,11 @@ def _index_to_tile(ctx: Interpreter, op: Op, operands: list[Any]) -> list[Any]:
     return [ctx.num.scalar(operands[0], _tile_type(op).dtype)]
 
 
+@register_eval(ops.IndexFromTile)
+def _index_from_tile(ctx: Interpreter, op: ops.IndexFromTile, operands: list[Any]) -> list[Any]:
+    return [int(np.asarray(operands[0]).item())]
+
+
 # ---------------------------------------------------------------------------- tile values
 
 
