@@ -266,3 +266,35 @@ def test_scatter_rows_to_loaded_unique_destinations(target: str, index_dtype: An
     assert written.sum() == (T - 3) * D
     assert_same(got, _expected(bufs, 2, oracle, written), bufs,
                 f"{target} scatter (seed {seed}; unwritten rows stay poisoned)")
+
+
+# ---------------------------------------------------------------------------- cpu packets
+
+
+@pytest.mark.parametrize("kernel", ["embedding", "scatter"])
+def test_cpu_program_per_lane_reads_each_lanes_index(kernel: str) -> None:
+    """One program per vector lane: each lane's loaded index is its own (a vector Idx)."""
+    from tilenest.backends.cpu.plan import CpuPlan
+    from tilenest.backends.cpu.target import packet_width
+
+    rng, seed = _rng()
+    V, D, T = 12, 5, 19
+    width = packet_width()
+    x = _values(rng, (T if kernel == "scatter" else V, D))
+    if kernel == "embedding":
+        ids = _far_indices(np.int32, V, rng, T)
+        out = np.full((T, D), np.nan, np.float32)
+        embedding(ids, x, out, target="cpu", BN=4, plan=CpuPlan(local_lanes=1, block_size=width))
+        inside = (ids >= 0) & (ids < V)
+        want = np.where(inside[:, None], x[np.clip(ids, 0, V - 1)], 0.0)
+    else:
+        ids = np.concatenate([rng.permutation(V), [-1, V, V + 1, 2 ** 31 - 1, -5, 40, 99]])
+        ids = ids[rng.permutation(T)].astype(np.int32)
+        out = np.full((V, D), np.nan, np.float32)
+        scatter_rows(ids, x, out, target="cpu", BN=4,
+                     plan=CpuPlan(local_lanes=1, block_size=width))
+        want = np.full((V, D), np.nan)
+        for i, d in enumerate(ids):
+            if 0 <= d < V:
+                want[d] = 4.0 * x[i]
+    np.testing.assert_array_equal(out, want.astype(np.float32), err_msg=f"seed {seed}")
