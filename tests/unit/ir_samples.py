@@ -236,6 +236,23 @@ def empty() -> Function:
     return FnBuilder("empty").build()
 
 
+def data_dependent() -> Function:
+    """An embedding row gather: the origin is a loaded integer (`index.from_tile`)."""
+    f = FnBuilder("embedding")
+    ids = f.tensor("Ids", i32, (6,))
+    x = f.tensor("X", f32, (10, 8))
+    y = f.tensor("Y", f32, (6, 8))
+    r, n = f.dim("r"), f.dim("n")
+    with f.nest("parallel", ((r, 6),), policy="block") as (_, (i,)):
+        v = f.val("load", (ids, i), scalar(i32), shape=(None,), fill=0)
+        row = f.val("index.from_tile", (v,), INDEX)
+        zero = f.index(0)
+        xs = f.val("load", (x, row, zero), tile(f32, (n, 8)), shape=(None, 8), fill=0.0)
+        f.op("store", (y, i, zero, xs), attrs={"shape": (None, 8)})
+        f.yield_()
+    return f.build()
+
+
 SAMPLES: dict[str, Callable[[], Function]] = {
     "gemm": gemm,
     "elementwise": elementwise,
@@ -243,10 +260,11 @@ SAMPLES: dict[str, Callable[[], Function]] = {
     "attrs_zoo": attrs_zoo,
     "locs": with_locs,
     "empty": empty,
+    "data_dependent": data_dependent,
 }
 """Functions that verify; `attrs_zoo` is the exception (its attrs are not index.const's)."""
 
-VALID_SAMPLES = ("gemm", "elementwise", "folds", "locs", "empty")
+VALID_SAMPLES = ("gemm", "elementwise", "folds", "locs", "empty", "data_dependent")
 
 __all__ = ["FnBuilder", "SAMPLES", "VALID_SAMPLES", "bool_", "f16", "f32", "i32", "i64",
            "scalar", "tile"]
