@@ -271,3 +271,47 @@ def definition(name: str) -> type[Defined] | None:
     cls = CATALOG.get(name)
     return cls if cls is not None and issubclass(cls, Defined) else None
 
+
+# ---------------------------------------------------------------------------- traits and checks
+
+# Traits.
+PURE = "pure"            # no effects; may be reordered, duplicated, fused
+EFFECT = "effect"        # reads or writes memory
+REGION = "region"        # owns a body region with a domain
+TERMINATOR = "terminator"
+ELEMENTWISE = "elementwise"
+CARRIES = "carries"      # operands are initial carried values; results are final values
+
+
+def has_trait(op: Op, trait: str) -> bool:
+    return trait in type(op).TRAITS
+
+
+NUMERIC = frozenset({"int", "uint", "float"})
+FLOAT = frozenset({"float"})
+INTEGRAL = frozenset({"int", "uint", "bool"})
+ANY = frozenset({"int", "uint", "float", "bool"})
+
+
+
+def same_layout(op: Op, a: TileType, b: TileType, what: str) -> None:
+    if not a.same_layout(b):
+        raise VerifyError(op, f"{what} with identical dims", f"{a} vs {b}")
+
+
+def check_kinds(op: Op, t: TileType, kinds: frozenset[str]) -> None:
+    if t.dtype.kind not in kinds:
+        raise VerifyError(op, f"element type of kind {sorted(kinds)}", str(t.dtype))
+
+
+def result_is(op: Op, want: object) -> None:
+    if op.result.type != want:
+        raise VerifyError(op, f"result type {want}", str(op.result.type))
+
+
+def family(base: type[Defined], name: str, cls_name: str, **attrs: object) -> type[Defined]:
+    """A catalog class for one member of a family (same operands and rule, its own name)."""
+    return type(cls_name, (base,), {"__slots__": (), "NAME": name, "__module__": base.__module__,
+                                    "__qualname__": cls_name, **attrs})
+
+

@@ -1,0 +1,259 @@
+"""The TileIR catalog's memory and region ops: load, store, the region ops, map, stage, yield.
+
+Declared like the value ops in `tilenest.ir.ops` (which re-exports them); see
+`tilenest.ir.opdef` for the declarations.
+"""
+
+from __future__ import annotations
+
+from tilenest.ir.core import Value
+from tilenest.ir.opdef import (
+    CARRIES,
+    DOMAIN,
+    EFFECT,
+    EXTENTS,
+    INDEX,
+    INT,
+    PURE,
+    REGION,
+    SCALAR,
+    STR,
+    TENSOR,
+    TERMINATOR,
+    TILE,
+    VALUE,
+    VARIADIC,
+    Attr,
+    AttrType,
+    Defined,
+    Operand,
+    VerifyError,
+    has_trait,
+    one_of,
+    same_layout,
+)
+from tilenest.ir.types import INDEX as INDEX_TYPE
+from tilenest.ir.types import Dim, TensorType, TileType
+
+# ---------------------------------------------------------------------------- memory
+
+
+class Memory(Defined):
+    """A load or store: a tensor param, one origin index per tensor axis, a region 'shape'
+    (one extent per axis; none drops the axis from the tile)."""
+
+    __slots__ = ()
+    TRAITS = frozenset({EFFECT})
+    tensor = Operand(TENSOR)
+    shape = Attr(EXTENTS, doc="one extent per tensor axis; none drops the axis")
+
+    @property
+    def tensor_type(self) -> TensorType:
+        return self.tensor.type
+
+    def _kept_extents(self) -> tuple[int, ...]:
+        tensor, shape = self.tensor.type, self.shape
+        if len(shape) != tensor.rank:
+            raise VerifyError(self, f"'shape' with one entry per tensor axis ({tensor.rank})",
+                              repr(shape))
+        kept = tuple(e for e in shape if e is not None)
+        if any(e < 0 for e in kept):
+            raise VerifyError(self, "non-negative extents", repr(shape))
+        return kept
+
+
+class Load(Memory):
+    __slots__ = ()
+    NAME = "load"
+    SUMMARY = "snapshot of a tensor region; out-of-bounds reads 'fill'"
+    RESULTS = (TILE,)
+    indices = Operand(INDEX, variadic=True)
+    fill = Attr(SCALAR, doc="the value of elements outside the tensor")
+
+    def verify_op(self) -> None:
+        tensor = self.tensor.type
+        if len(self.operands) != 1 + tensor.rank:
+            raise VerifyError(self, f"{1 + tensor.rank} operands", str(len(self.operands)))
+        kept = self._kept_extents()
+        r = self.result.type
+        if r.shape != kept or r.dtype != tensor.dtype:
+            raise VerifyError(self, f"tile<{tensor.dtype}> of shape {kept}", str(r))
+
+
+class Store(Memory):
+    __slots__ = ()
+    NAME = "store"
+    SUMMARY = "write a tile into a tensor region (in-bounds elements)"
+    RESULTS = ()
+    indices = Operand(INDEX, variadic=True)
+    value = Operand(TILE)
+
+    def verify_op(self) -> None:
+        tensor = self.tensor.type
+        if len(self.operands) != 2 + tensor.rank:
+            raise VerifyError(self, f"{2 + tensor.rank} operands", str(len(self.operands)))
+        kept = self._kept_extents()
+        t = self.value.type
+        if t.shape != kept:
+            raise VerifyError(self, f"a stored tile of shape {kept}", str(t))
+        if t.dtype != tensor.dtype:
+            raise VerifyError(self, f"a stored tile of type {tensor.dtype}", str(t.dtype))
+
+
+# ---------------------------------------------------------------------------- regions
+
+REDUCE_ORDERS = ("unordered_tree", "ordered_tree", "fold_left", "fold_right")
+EXEC_POLICIES = ("block", "warp", "subgroup", "thread", "core", "vector", "cluster", "infer")
+
+
+def _is_policy(v: object) -> bool:
+    return v in EXEC_POLICIES or (isinstance(v, tuple) and bool(v) and v[0] == "layout")
+
+
+class RegionOp(Defined):
+    """A region op over a domain of (dim, extent) axes. Body args: one index per domain
+    axis (`coords`), then one per carried value (`carried`); operands are the carries'
+    initial values (`inits`), results their final values."""
+
+    __slots__ = ()
+    TRAITS = frozenset({REGION})
+    RESULTS = VARIADIC
+    REGIONS = 1
+    inits = Operand(TILE, variadic=True)
+    domain = Attr(DOMAIN, doc="the iteration domain: ((dim, extent), ...)")
+
+    @property
+    def dims(self) -> tuple[Dim, ...]:
+        return tuple(d for d, _ in self.domain)
+
+    @property
+    def extents(self) -> tuple[int, ...]:
+        return tuple(e for _, e in self.domain)
+
+    @property
+    def coords(self) -> list[Value]:
+        return self.body.args[:len(self.domain)]
+
+    @property
+    def carried(self) -> list[Value]:
+        return self.body.args[len(self.domain):]
+
+    def verify_op(self) -> None:
+        if len(self.results) != len(self.operands):
+            raise VerifyError(self, f"{len(self.operands)} results", str(len(self.results)))
+        body, n = self.body, len(self.domain)
+        if len(body.args) != n + len(self.operands):
+            raise VerifyError(self, f"{n + len(self.operands)} region arguments",
+                              str(len(body.args)))
+        for a in body.args[:n]:
+            if a.type != INDEX_TYPE:
+                raise VerifyError(self, "index region arguments for the domain", str(a.type))
+        for i, (init, arg, res) in enumerate(zip(self.operands, body.args[n:], self.results,
+                                                 strict=True)):
+            if not (init.type == arg.type == res.type):
+                raise VerifyError(self, f"carry {i} of one tile type",
+                                  f"{init.type}, {arg.type}, {res.type}")
+        term = body.terminator
+        if term is None:
+            raise VerifyError(self, "a body ending in 'yield'")
+        if len(term.operands) != len(self.operands):
+            raise VerifyError(self, f"yield of {len(self.operands)} values",
+                              str(len(term.operands)))
+        for i, (v, res) in enumerate(zip(term.operands, self.results, strict=True)):
+            if v.type != res.type:
+                raise VerifyError(self, f"yielded value {i} of type {res.type}", str(v.type))
+
+
+class Parallel(RegionOp):
+    __slots__ = ()
+    NAME = "parallel"
+    SUMMARY = "independent child instances over a domain"
+    policy = Attr(AttrType(f"a policy in {EXEC_POLICIES} or ('layout', ...)", _is_policy),
+                  optional=True, doc="an execution-policy hint")
+
+    def verify_op(self) -> None:
+        if self.operands or self.results:
+            raise VerifyError(self, "no operands and no results (instances are independent)")
+        super().verify_op()
+
+
+class Serial(RegionOp):
+    __slots__ = ()
+    NAME = "serial"
+    TRAITS = frozenset({REGION, CARRIES})
+    SUMMARY = "a totally ordered loop with carried values"
+
+
+class Pipeline(RegionOp):
+    __slots__ = ()
+    NAME = "pipeline"
+    TRAITS = frozenset({REGION, CARRIES})
+    SUMMARY = "a loop whose iterations may overlap by stage"
+    window = Attr(AttrType("an integer >= 1", lambda v: INT.check(v) and v >= 1))
+    interval = Attr(AttrType("an integer >= 1", lambda v: INT.check(v) and v >= 1))
+
+
+
+class Reduce(RegionOp):
+    __slots__ = ()
+    NAME = "reduce"
+    TRAITS = frozenset({REGION, CARRIES})
+    SUMMARY = "a fold of contributions into reduction states"
+    order = Attr(one_of(*REDUCE_ORDERS), doc="the reduction contract")
+
+
+class Map(Defined):
+    __slots__ = ()
+    NAME = "map"
+    TRAITS = frozenset({REGION})
+    SUMMARY = "a custom scalar function lifted over tiles of one layout"
+    RESULTS = VARIADIC
+    REGIONS = 1
+    inputs = Operand(TILE, variadic=True)
+
+    def verify_op(self) -> None:
+        if not self.operands:
+            raise VerifyError(self, "at least one operand")
+        first = self.operands[0].type
+        for v in self.operands[1:]:
+            same_layout(self, first, v.type, "operands")
+        body = self.body
+        if len(body.args) != len(self.operands):
+            raise VerifyError(self, f"{len(self.operands)} region arguments",
+                              str(len(body.args)))
+        for v, a in zip(self.operands, body.args, strict=True):
+            if a.type != TileType(v.type.dtype, (), ()):
+                raise VerifyError(self, f"rank-0 argument of {v.type.dtype}", str(a.type))
+        term = body.terminator
+        if term is None or len(term.operands) != len(self.results):
+            raise VerifyError(self, f"a body yielding {len(self.results)} values")
+        for v, r in zip(term.operands, self.results, strict=True):
+            rt = r.type
+            if not isinstance(rt, TileType) or not rt.same_layout(first):
+                raise VerifyError(self, "results with the operands' dims", str(rt))
+            if v.type != TileType(rt.dtype, (), ()):
+                raise VerifyError(self, f"a rank-0 yield of {rt.dtype}", str(v.type))
+        for inner in body.walk():
+            if (not has_trait(inner, PURE) or inner.regions) and not isinstance(inner, Yield):
+                raise VerifyError(inner, "only pure scalar ops inside 'map'")
+
+
+class Stage(Defined):
+    __slots__ = ()
+    NAME = "stage"
+    SUMMARY = "begins the named stage of the enclosing pipeline"
+    stage_name = Attr(STR, key="name", doc="the stage's name (`op.name` is the op's own)")
+
+    def verify_op(self) -> None:
+        parent = self.parent.parent if self.parent is not None else None
+        if not isinstance(parent, Pipeline):
+            raise VerifyError(self, "to be directly inside a 'pipeline'")
+
+
+class Yield(Defined):
+    __slots__ = ()
+    NAME = "yield"
+    TRAITS = frozenset({TERMINATOR})
+    SUMMARY = "ends a region, passing carried values or map results"
+    RESULTS = ()
+    values = Operand(VALUE, variadic=True)
