@@ -41,6 +41,7 @@ CASES: dict[str, tuple[str, Case, str]] = {
     "rope": ("rope", Case({"T": 37, "H": 3, "D": 16}), "f32"),
     "attention": ("attention", Case({"B": 1, "H": 2, "SQ": 37, "SK": 45, "D": 16}), "f32"),
     "cross_entropy": ("cross_entropy", Case({"M": 37, "V": 45}), "f32"),
+    "embedding": ("embedding", Case({"V": 11, "D": 37, "T": 13}), "f32"),
     "softmax_backward": ("softmax_backward", Case({"M": 37, "N": 45}), "f32"),
     "rmsnorm_backward": ("rmsnorm_backward", Case({"M": 37, "N": 45}), "f32"),
     "rmsnorm_backward_dw": ("rmsnorm_backward_dw", Case({"M": 37, "N": 45}), "f32"),

@@ -17,6 +17,7 @@ import numpy as np
 from tilenest.examples import (
     attention,
     cross_entropy,
+    embedding,
     flash_attention,
     gelu_residual,
     gemm,
@@ -38,7 +39,7 @@ EXAMPLES: dict[str, Example] = {
     ex.name: ex
     for ex in (*(m.EXAMPLE for m in (gemm, gemm_transposed, softmax, masked_softmax, layernorm,
                                       rmsnorm, gelu_residual, swiglu, rope, attention,
-                                      flash_attention, gqa_decode, cross_entropy)),
+                                      flash_attention, gqa_decode, cross_entropy, embedding)),
                # The backward passes (tilenest.examples.autograd calls them); RMSNorm's dW
                # is a second kernel, its reduction runs over rows.
                softmax_backward.EXAMPLE, rmsnorm_backward.EXAMPLE, rmsnorm_backward.DW_EXAMPLE)
@@ -56,6 +57,7 @@ OUTPUT_SHAPES: dict[str, Callable[[dict[str, int]], tuple[int, ...]]] = {
     "gemm": lambda s: (s["M"], s["N"]),
     "gemm_transposed": lambda s: (s["M"], s["N"]),
     "cross_entropy": lambda s: (s["M"],),
+    "embedding": lambda s: (s["T"], s["D"]),
     "rmsnorm_backward_dw": lambda s: (s["N"],),
 }
 
