@@ -79,6 +79,10 @@ def _cross_entropy(dtype: str, m: int, v: int) -> Spec:
     return Spec("cross_entropy", "cross_entropy", dtype, {"M": m, "V": v})
 
 
+def _embedding(dtype: str, v: int, d: int, t: int) -> Spec:
+    return Spec("embedding", "embedding", dtype, {"V": v, "D": d, "T": t})
+
+
 def _attention(causal: bool, b: int = 4, h: int = 32, s: int = 4096, d: int = 128) -> Spec:
     return Spec("attention", "flash_attention", "f16",
                 {"B": b, "H": h, "SQ": s, "SK": s, "D": d}, consts={"CAUSAL": causal})
@@ -97,6 +101,7 @@ SPECS: dict[str, list[Spec]] = {
     "rmsnorm": [_rows("rmsnorm", "f32", 8192, 8192), _rows("rmsnorm", "f16", 16384, 4096)],
     "cross_entropy": [_cross_entropy("f32", 4096, 32000), _cross_entropy("bf16", 4096, 32000),
                       _cross_entropy("bf16", 8192, 50257)],
+    "embedding": [_embedding("bf16", 131072, 4096, 16384)],
     "attention": [_attention(False), _attention(True)],
     "gqa": [Spec("gqa", "gqa_decode", "f16", {"B": 32, "HKV": 8, "G": 4, "S": 8192, "D": 128})],
 }
@@ -392,6 +397,53 @@ def cross_entropy_case(spec: Spec, log: list[str]) -> Case:
     return case
 
 
+def embedding_case(spec: Spec, log: list[str]) -> Case:
+    """Y = W[Idx] for a (V, D) table and T random int64 indices (with repeats): tilenest vs
+    `F.embedding` and `torch.index_select`, and a copy of a (T, D) tensor as the bandwidth
+    line. The bytes are the real ones, the T rows read and the T rows written (the 8 T bytes
+    of indices are left out), so every contender's GB/s is against the copy's. One table
+    (far larger than L2) and three index sets; a gather copies, so the check is exact on
+    sampled rows."""
+    dtype, V, D, T = spec.dtype, spec.shape["V"], spec.shape["D"], spec.shape["T"]
+    dt = DT[dtype]
+    case = Case(f"embedding {dtype} {V}x{D} T{T}", "embedding", 0.0, 2.0 * T * D * dt.itemsize)
+    table = torch.randn(V, D, device="cuda", dtype=dt)
+    sets = [torch.randint(0, V, (T,), device="cuda", dtype=torch.int64) for _ in range(3)]
+    rows = torch.randperm(T, device="cuda")[:512]
+    refs = [table[idx[rows]].double() for idx in sets]
+    case.check = lambda out, i: rel_err(out[rows], refs[i])
+    case.tol = 0.0
+
+    def args(i: int, out: torch.Tensor) -> list[torch.Tensor]:
+        return [table, sets[i], out]
+
+    _plain_call(case, spec, args, torch.empty(T, D, device="cuda", dtype=dt), log)
+    kern = EXAMPLES["embedding"].kernel
+    for consts in ({"ROWS": 1, "BLOCK": 4096}, {"ROWS": 1, "BLOCK": 1024},
+                   {"ROWS": 4, "BLOCK": 1024}):  # comparisons: fixed tiles
+        out = torch.empty(T, D, device="cuda", dtype=dt)
+        ck = _safe(f"{case.name} tilenest {consts}", lambda o=out, c=consts: kern.compile(
+            *args(0, o), target="cuda", **c), log)
+        if ck is not None:
+            name = " ".join(f"{k}={v}" for k, v in consts.items())
+            case.contenders[f"tilenest {name}"] = (lambda i, ck=ck, o=out: ck(*args(i, o)),
+                                                   lambda o=out: o)
+    box: dict[str, torch.Tensor] = {}
+
+    def embed(i: int) -> None:
+        box["embedding"] = F.embedding(sets[i], table)
+
+    case.contenders["torch F.embedding"] = (embed, lambda: box["embedding"])
+    sout = torch.empty(T, D, device="cuda", dtype=dt)
+    case.contenders["torch.index_select"] = (
+        lambda i: torch.index_select(table, 0, sets[i], out=sout), lambda: sout)
+    sources = [torch.randn(T, D, device="cuda", dtype=dt) for _ in range(3)]
+    cout = torch.empty(T, D, device="cuda", dtype=dt)
+    case.contenders["copy (bandwidth ceiling)"] = (lambda i: cout.copy_(sources[i]),
+                                                   lambda: None)  # type: ignore[dict-item]
+    return case
+
+
 def attention_case(spec: Spec, log: list[str]) -> Case:
     causal = bool(spec.consts["CAUSAL"])
     B, H, S, D = (spec.shape[k] for k in ("B", "H", "SQ", "D"))
@@ -493,10 +545,11 @@ def gqa_case(spec: Spec, log: list[str]) -> Case:
 
 BUILDERS: dict[str, Callable[[Spec, list[str]], Case]] = {
     "gemm": gemm_case, "softmax": rows_case, "layernorm": rows_case, "rmsnorm": rows_case,
-    "cross_entropy": cross_entropy_case, "attention": attention_case, "gqa": gqa_case,
+    "cross_entropy": cross_entropy_case, "embedding": embedding_case,
+    "attention": attention_case, "gqa": gqa_case,
 }
 # Cases whose time is spread over 3 input sets (the memory-bound ones), else 2.
-_THREE_SETS = ("softmax", "layernorm", "rmsnorm", "gqa", "cross_entropy")
+_THREE_SETS = ("softmax", "layernorm", "rmsnorm", "gqa", "cross_entropy", "embedding")
 
 
 ROUNDS = 3  # contenders timed in interleaved rounds (A B C, A B C, ...): the H200's clocks

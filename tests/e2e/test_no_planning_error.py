@@ -190,6 +190,8 @@ def test_the_sweep_covers_every_example_dtype_and_suite() -> None:
     for ex in EXAMPLES.values():
         assert {p.dtype for p in full if p.example == ex.name} >= set(ex.dtypes), ex.name
     assert any(p.example == "cross_entropy" and p.shape["V"] >= 50257 for p in full)
+    assert any(p.example == "embedding" and p.shape["V"] * p.shape["D"] >= 1 << 29
+               for p in full if p.source == "cuda-suite")
     subset = sweep()
     assert {(p.example, t) for p, t in subset} >= {(n, t) for n in EXAMPLES for t in TARGETS}
     assert {p.source for p, _ in subset} == {"e2e", "cpu-suite", "cuda-suite"}
