@@ -134,7 +134,13 @@ def _load(em: Emitter, op: ops.Load) -> None:
         bounds, full = region.box(lane)
         with b.if_then(b.not_(full), likely=False):
             em.for_each(t.shape, True, lambda c, _: dst.store(b, c, lane, fill))
-        em.for_each(t.shape, True, copy, bounds=bounds)
+        if region.kept:
+            em.for_each(t.shape, True, copy, bounds=bounds)
+            return
+        # Every axis dropped: no box axis can empty the copy, so the one element is read
+        # only when its coordinates are in bounds (`full`).
+        with b.if_then(full, likely=True):
+            em.for_each(t.shape, True, copy)
 
     region.per_lane(one_lane)
     em.env[op.result] = dst
@@ -157,7 +163,14 @@ def _store(em: Emitter, op: ops.Store) -> None:
         def put(coords: list[ir.Value], _: ir.Value | None) -> None:
             dst.store(b, coords, None, value.load(b, coords, lane))
 
-        bounds = None if region.proven else region.box(lane)[0]
+        if region.proven:
+            bounds = None
+        else:
+            bounds, full = region.box(lane)
+            if not region.kept:  # every axis dropped: write the element only in bounds
+                with b.if_then(full, likely=True):
+                    em.for_each(region.extents, True, put)
+                return
         if streamed:
             _staged_rows(em, region, dst, value, lane, bounds)
             return
