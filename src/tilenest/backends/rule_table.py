@@ -15,6 +15,7 @@ from typing import Any
 
 from tilenest.errors import BackendError
 from tilenest.ir.core import CATALOG, Op
+from tilenest.ir.opdef import require_op_class
 
 Rule = Callable[[Any, Op], None]
 OpClass = type[Op]
@@ -34,8 +35,7 @@ class RuleTable:
     def lowering(self, *kinds: OpClass) -> Callable[[Rule], Rule]:
         """Register the decorated rule for each op class in `kinds`."""
         for k in kinds:
-            if not (isinstance(k, type) and issubclass(k, Op) and k.NAME):
-                raise TypeError(f"{self.target} lowering: {k!r} is not a catalog op class")
+            require_op_class(k, f"{self.target} lowering")
 
         def deco(fn: Rule) -> Rule:
             for k in kinds:

@@ -102,6 +102,7 @@ def one_of(*choices: str) -> AttrType:
 
 
 INT = AttrType("an integer", _is_int)
+POSITIVE_INT = AttrType("an integer >= 1", lambda v: _is_int(v) and v >= 1)
 SCALAR = AttrType("a scalar (bool, int or float)", _is_scalar)
 STR = AttrType("a string", lambda v: isinstance(v, str))
 EXTENTS = AttrType("a tuple of extents or none", _is_extent_tuple)
@@ -264,6 +265,12 @@ class Defined(Op):
             value = self.attrs[key]
             if not (attr.optional and value is None) and not attr.type.check(value):
                 raise VerifyError(self, f"'{key}' to be {attr.type}", repr(value))
+
+
+def require_op_class(kind: object, what: str) -> None:
+    """Raise TypeError unless `kind` is a catalog op class (what rule tables are keyed on)."""
+    if not (isinstance(kind, type) and issubclass(kind, Op) and kind.NAME):
+        raise TypeError(f"{what}: {kind!r} is not a catalog op class")
 
 
 def definition(name: str) -> type[Defined] | None:

@@ -216,16 +216,6 @@ class Compare(Defined):
         result_is(self, a.with_dtype(bool_))
 
 
-UNARY_KINDS: dict[str, frozenset[str]] = {
-    "neg": NUMERIC, "abs": NUMERIC, "not": INTEGRAL, "exp": FLOAT, "log": FLOAT,
-    "sqrt": FLOAT, "rsqrt": FLOAT, "tanh": FLOAT, "sigmoid": FLOAT,
-}
-BINARY_KINDS: dict[str, frozenset[str]] = {
-    "add": NUMERIC, "sub": NUMERIC, "mul": NUMERIC, "div": FLOAT, "floordiv": NUMERIC,
-    "mod": NUMERIC, "maximum": NUMERIC, "minimum": NUMERIC, "and": INTEGRAL, "or": INTEGRAL,
-    "xor": INTEGRAL,
-}
-
 Neg = family(Unary, "neg", "Neg", KINDS=NUMERIC)
 Abs = family(Unary, "abs", "Abs", KINDS=NUMERIC)
 Not = family(Unary, "not", "Not", KINDS=INTEGRAL)
@@ -255,7 +245,6 @@ Le = family(Compare, "le", "Le")
 Gt = family(Compare, "gt", "Gt")
 Ge = family(Compare, "ge", "Ge")
 
-assert all(CATALOG[n].KINDS == k for n, k in {**UNARY_KINDS, **BINARY_KINDS}.items())
 
 
 class Where(Defined):
@@ -430,6 +419,9 @@ UNARY_OPS: tuple[type[Defined], ...] = (Neg, Abs, Not, Exp, Log, Sqrt, Rsqrt, Ta
 BINARY_OPS: tuple[type[Defined], ...] = (Add, Sub, Mul, Div, FloorDiv, Mod, Maximum, Minimum,
                                          And, Or, Xor)
 COMPARE_OPS: tuple[type[Defined], ...] = (Eq, Ne, Lt, Le, Gt, Ge)
+UNARY_KINDS: dict[str, frozenset[str]] = {c.NAME: c.KINDS for c in UNARY_OPS}
+"""The element kinds each unary op accepts, by name (capture checks them before emitting)."""
+BINARY_KINDS: dict[str, frozenset[str]] = {c.NAME: c.KINDS for c in BINARY_OPS}
 INDEX_OPS: tuple[type[Defined], ...] = (IndexConst, *INDEX_BINARY_OPS, IndexCmp, IndexToTile)
 """Every op over index values (the `index.*` names) but `index.from_tile`: its operand is a
 tile, so it is not computable from coordinates alone (element grids and vectorized `map`

@@ -13,7 +13,7 @@ from tilenest.ir.opdef import (
     EFFECT,
     EXTENTS,
     INDEX,
-    INT,
+    POSITIVE_INT,
     PURE,
     REGION,
     SCALAR,
@@ -189,8 +189,8 @@ class Pipeline(RegionOp):
     NAME = "pipeline"
     TRAITS = frozenset({REGION, CARRIES})
     SUMMARY = "a loop whose iterations may overlap by stage"
-    window = Attr(AttrType("an integer >= 1", lambda v: INT.check(v) and v >= 1))
-    interval = Attr(AttrType("an integer >= 1", lambda v: INT.check(v) and v >= 1))
+    window = Attr(POSITIVE_INT)
+    interval = Attr(POSITIVE_INT)
 
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tilenest.ir.core import Op
+from tilenest.ir.opdef import require_op_class
 
 if TYPE_CHECKING:
     from tilenest.backends.reference.interpreter import Interpreter
@@ -19,8 +20,7 @@ EVAL_RULES: dict[type[Op], EvalRule] = {}
 def register_eval(*kinds: type[Op]) -> Callable[[EvalRule], EvalRule]:
     """Attach one evaluation rule to the given op classes."""
     for k in kinds:
-        if not (isinstance(k, type) and issubclass(k, Op) and k.NAME):
-            raise TypeError(f"reference rule: {k!r} is not a catalog op class")
+        require_op_class(k, "reference rule")
 
     def deco(rule: EvalRule) -> EvalRule:
         for k in kinds:
