@@ -346,6 +346,22 @@ def rows_case(spec: Spec, log: list[str]) -> Case:
     return case
 
 
+def _fixed_tiles(case: Case, example: str, args: Callable[[int, torch.Tensor], list],
+                 make_out: Callable[[], torch.Tensor], variants: tuple[dict[str, int], ...],
+                 log: list[str]) -> None:
+    """Comparison contenders: the example compiled with each fixed set of tile constants,
+    each with its own output tensor (a variant that fails to compile is logged and left out)."""
+    kern = EXAMPLES[example].kernel
+    for consts in variants:
+        out = make_out()
+        ck = _safe(f"{case.name} tilenest {consts}", lambda o=out, c=consts: kern.compile(
+            *args(0, o), target="cuda", **c), log)
+        if ck is not None:
+            name = " ".join(f"{k}={v}" for k, v in consts.items())
+            case.contenders[f"tilenest {name}"] = (lambda i, ck=ck, o=out: ck(*args(i, o)),
+                                                   lambda o=out: o)
+
+
 def _torch_cross_entropy(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(x, t, reduction="none")
 
@@ -375,16 +391,9 @@ def cross_entropy_case(spec: Spec, log: list[str]) -> Case:
         return [sets[i], targets[i], out]
 
     _plain_call(case, spec, args, torch.empty(M, device="cuda", dtype=dt), log)
-    kern = EXAMPLES["cross_entropy"].kernel
-    for consts in ({"ROWS": 1, "BLOCK": 4096}, {"ROWS": 1, "BLOCK": 16384},
-                   {"ROWS": 4, "BLOCK": 4096}):  # comparisons: fixed tiles
-        out = torch.empty(M, device="cuda", dtype=dt)
-        ck = _safe(f"{case.name} tilenest {consts}", lambda o=out, c=consts: kern.compile(
-            *args(0, o), target="cuda", **c), log)
-        if ck is not None:
-            name = " ".join(f"{k}={v}" for k, v in consts.items())
-            case.contenders[f"tilenest {name}"] = (lambda i, ck=ck, o=out: ck(*args(i, o)),
-                                                   lambda o=out: o)
+    _fixed_tiles(case, "cross_entropy", args, lambda: torch.empty(M, device="cuda", dtype=dt),
+                 ({"ROWS": 1, "BLOCK": 4096}, {"ROWS": 1, "BLOCK": 16384},
+                  {"ROWS": 4, "BLOCK": 4096}), log)
     box: dict[str, torch.Tensor] = {}
 
     def run(i: int, fn: Callable = _torch_cross_entropy, key: str = "eager") -> None:
@@ -418,16 +427,9 @@ def embedding_case(spec: Spec, log: list[str]) -> Case:
         return [table, sets[i], out]
 
     _plain_call(case, spec, args, torch.empty(T, D, device="cuda", dtype=dt), log)
-    kern = EXAMPLES["embedding"].kernel
-    for consts in ({"ROWS": 1, "BLOCK": 4096}, {"ROWS": 1, "BLOCK": 1024},
-                   {"ROWS": 4, "BLOCK": 1024}):  # comparisons: fixed tiles
-        out = torch.empty(T, D, device="cuda", dtype=dt)
-        ck = _safe(f"{case.name} tilenest {consts}", lambda o=out, c=consts: kern.compile(
-            *args(0, o), target="cuda", **c), log)
-        if ck is not None:
-            name = " ".join(f"{k}={v}" for k, v in consts.items())
-            case.contenders[f"tilenest {name}"] = (lambda i, ck=ck, o=out: ck(*args(i, o)),
-                                                   lambda o=out: o)
+    _fixed_tiles(case, "embedding", args, lambda: torch.empty(T, D, device="cuda", dtype=dt),
+                 ({"ROWS": 1, "BLOCK": 4096}, {"ROWS": 1, "BLOCK": 1024},
+                  {"ROWS": 4, "BLOCK": 1024}), log)
     box: dict[str, torch.Tensor] = {}
 
     def embed(i: int) -> None:
