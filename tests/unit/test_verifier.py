@@ -455,7 +455,7 @@ def pipeline_window_zero() -> Function:
     return f.build()
 
 
-@invalid("'parallel'", "no operands and no results")
+@invalid("'parallel'", "no carries and no results")
 def parallel_with_carries() -> Function:
     f, m, n, x, t = base()
     with f.nest("parallel", ((f.dim("p"), 4),), (x,)) as (_, (_p, st)):
@@ -471,7 +471,7 @@ def parallel_bad_policy() -> Function:
     return f.build()
 
 
-@invalid("'serial'", "'domain' to be a tuple of (dim, extent >= 0)", "('s', 4)")
+@invalid("'serial'", "'domain' to be a tuple of (dim, extent >= 0 or none", "('s', 4)")
 def domain_entry_not_a_dim() -> Function:
     f, *_ = base()
     with f.nest("serial", (("s", 4),)):
@@ -479,7 +479,7 @@ def domain_entry_not_a_dim() -> Function:
     return f.build()
 
 
-@invalid("'serial'", "'domain' to be a tuple of (dim, extent >= 0)")
+@invalid("'serial'", "'domain' to be a tuple of (dim, extent >= 0 or none")
 def domain_negative_extent() -> Function:
     f, *_ = base()
     with f.nest("serial", ((f.dim("s"), -1),)):

@@ -3,8 +3,8 @@
 Backends compute index expressions (coordinates, origins, offsets) in 64-bit integers; an
 expression whose exact value leaves that range would wrap, possibly to an in-bounds address.
 Every Index value here is an expression of constants, region coordinates (whose extents are
-known at capture) and loaded integers (`tn.index(t)`, anywhere in its element type's range),
-so a bound of its range is known at capture too: interval arithmetic per op (floor semantics
+known at capture, or bounded by the range of their dynamic extent) and loaded integers
+(`tn.index(t)`, anywhere in its element type's range), so a bound of its range is known at capture too: interval arithmetic per op (floor semantics
 for `//` and `%`), region coordinates in [0, extent - 1], a loaded i32 in [-2**31, 2**31 - 1].
 What may not fit is rejected at the op's source line before anything runs.
 """
@@ -94,8 +94,10 @@ def index_ranges(fn: Function) -> dict[Value, Interval]:
                 if a is not None and b is not None:
                     ranges[op.result] = _BINARY[op.name](a, b)
             if isinstance(op, ops.RegionOp):
-                for arg, extent in zip(op.coords, op.extents, strict=True):
-                    ranges[arg] = (0, max(int(extent) - 1, 0))
+                for arg, extent in zip(op.coords, op.extent_sources(), strict=True):
+                    hi = extent if isinstance(extent, int) else ranges.get(extent, (0, None))[1]
+                    if hi is not None:
+                        ranges[arg] = (0, max(int(hi) - 1, 0))
             for r in op.regions:
                 visit(r)
 
@@ -148,6 +150,8 @@ def _loaded(op: Op) -> bool:
 def _check_domain(op: ops.RegionOp) -> None:
     total = 1
     for dim, extent in op.domain:
+        if extent is None:
+            continue  # a dynamic extent is an i64 value; the loop over it counts in i64
         total *= max(int(extent), 0)
         if extent > I64_MAX or total > I64_MAX:
             what = (f"extent {extent} of {dim.describe()}" if extent > I64_MAX

@@ -92,8 +92,8 @@ def _is_extent_tuple(v: object) -> bool:
 
 def _is_domain(v: object) -> bool:
     return isinstance(v, tuple) and all(
-        isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], Dim) and _is_int(e[1])
-        and e[1] >= 0
+        isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], Dim)
+        and (e[1] is None or (_is_int(e[1]) and e[1] >= 0))
         for e in v)
 
 
@@ -107,7 +107,7 @@ SCALAR = AttrType("a scalar (bool, int or float)", _is_scalar)
 STR = AttrType("a string", lambda v: isinstance(v, str))
 EXTENTS = AttrType("a tuple of extents or none", _is_extent_tuple)
 AXES = AttrType("a tuple of axes or none", _is_extent_tuple)
-DOMAIN = AttrType("a tuple of (dim, extent >= 0)", _is_domain)
+DOMAIN = AttrType("a tuple of (dim, extent >= 0 or none: dynamic)", _is_domain)
 ANY_ATTR = AttrType("any value", lambda v: True)
 
 
@@ -115,11 +115,17 @@ ANY_ATTR = AttrType("any value", lambda v: True)
 
 
 class Operand:
-    """An operand slot; `variadic=True` takes every operand the fixed slots leave (one per op)."""
+    """An operand slot; `variadic=True` takes every operand the fixed slots leave (one per op).
 
-    def __init__(self, kind: Kind, *, variadic: bool = False, doc: str = "") -> None:
+    `count="method"` makes a leading counted slot: it takes as many operands as that method of
+    the op returns (a region's dynamic extents, counted from its domain); counted slots come
+    first, before every fixed and variadic slot."""
+
+    def __init__(self, kind: Kind, *, variadic: bool = False, count: str = "",
+                 doc: str = "") -> None:
         self.kind = kind
         self.variadic = variadic
+        self.count = count
         self.doc = doc
         self.name = ""
         self.at: slice | int = 0   # resolved by the op class: an index or a slice
@@ -130,7 +136,25 @@ class Operand:
     def __get__(self, op: Op | None, owner: type) -> Any:
         if op is None:
             return self
-        return op.operands[self.at]
+        return op.operands[_position(op, self)]
+
+
+def _position(op: Op, slot: Operand) -> slice | int:
+    """Where `slot` sits among `op`'s operands: static unless the op has counted slots, whose
+    lengths shift every later slot."""
+    counted = type(op)._COUNTED
+    if not counted:
+        return slot.at
+    start = 0
+    for c in counted:
+        n = getattr(op, c.count)()
+        if c is slot:
+            return slice(start, start + n)
+        start += n
+    at = slot.at
+    if isinstance(at, slice):
+        return slice(at.start + start, at.stop)
+    return at + start if at >= 0 else at
 
 
 class Attr:
@@ -188,10 +212,18 @@ class Defined(Op):
     ATTRS: ClassVar[dict[str, Attr]] = {}
     _FIXED: ClassVar[int] = 0
     _VARIADIC: ClassVar[bool] = False
+    _COUNTED: ClassVar[tuple[Operand, ...]] = ()
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
-        slots = _operand_slots(cls)
+        every = _operand_slots(cls)
+        counted = [s for s in every if s.count]
+        if every[:len(counted)] != counted:
+            raise TypeError(f"{cls.__name__}: counted operand slots come first")
+        if any(s.variadic for s in counted):
+            raise TypeError(f"{cls.__name__}: a slot is counted or variadic, not both")
+        cls._COUNTED = tuple(counted)
+        slots = every[len(counted):]
         variadic = [i for i, s in enumerate(slots) if s.variadic]
         if len(variadic) > 1:
             raise TypeError(f"{cls.__name__}: at most one variadic operand")
@@ -207,7 +239,7 @@ class Defined(Op):
                 raise TypeError(f"{cls.__name__}.{s.name}: an operand slot reused at "
                                 "another position; declare it on the op class")
             s.at = s_at
-        cls.OPERANDS = tuple(slots)
+        cls.OPERANDS = tuple(every)
         cls.ATTRS = _attr_slots(cls)
         cls._FIXED = len(slots) - len(variadic)
         cls._VARIADIC = bool(variadic)
@@ -231,13 +263,20 @@ class Defined(Op):
     def _verify_arity(self) -> None:
         cls = type(self)
         n = len(self.operands)
-        if not cls._VARIADIC and n != cls._FIXED:
-            raise VerifyError(self, f"{cls._FIXED} operands", str(n))
-        if n < cls._FIXED:
-            missing = next(s for i, s in enumerate(cls.OPERANDS) if i >= n and not s.variadic)
+        lead = 0
+        for c in cls._COUNTED:
+            lead += getattr(self, c.count)()
+        fixed = cls._FIXED + lead
+        if not cls._VARIADIC and n != fixed:
+            raise VerifyError(self, f"{fixed} operands", str(n))
+        if n < fixed:
+            if n < lead:
+                raise VerifyError(self, f"{lead} leading index operands", str(n))
+            rest = [s for s in cls.OPERANDS[len(cls._COUNTED):] if not s.variadic]
+            missing = rest[n - lead]
             raise VerifyError(self, f"{missing.kind.name} as operand {n} ('{missing.name}')")
         for slot in cls.OPERANDS:
-            at = slot.at
+            at = _position(self, slot)
             positions = range(n)[at] if isinstance(at, slice) else (at % n,)
             for pos in positions:
                 t = self.operands[pos].type

@@ -112,23 +112,51 @@ def _is_policy(v: object) -> bool:
 
 class RegionOp(Defined):
     """A region op over a domain of (dim, extent) axes. Body args: one index per domain
-    axis (`coords`), then one per carried value (`carried`); operands are the carries'
-    initial values (`inits`), results their final values."""
+    axis (`coords`), then one per carried value (`carried`); operands are the dynamic
+    extents (`bounds`, one index per axis whose extent is `none`, in domain order), then the
+    carries' initial values (`inits`); results are the carries' final values.
+
+    A dynamic extent is an index computed outside the region (of enclosing coordinates or
+    loaded values); a negative value is an empty axis. Axes of one domain are independent of
+    each other: lexicographic order, first axis outermost."""
 
     __slots__ = ()
     TRAITS = frozenset({REGION})
     RESULTS = VARIADIC
     REGIONS = 1
+    bounds = Operand(INDEX, count="dynamic_count", doc="the dynamic extents, in domain order")
     inits = Operand(TILE, variadic=True)
-    domain = Attr(DOMAIN, doc="the iteration domain: ((dim, extent), ...)")
+    domain = Attr(DOMAIN, doc="the iteration domain: ((dim, extent or none), ...)")
+
+    def dynamic_count(self) -> int:
+        return sum(1 for _, e in self.attrs.get("domain", ()) if e is None)
 
     @property
     def dims(self) -> tuple[Dim, ...]:
         return tuple(d for d, _ in self.domain)
 
     @property
-    def extents(self) -> tuple[int, ...]:
+    def extents(self) -> tuple[int | None, ...]:
+        """Static extents; `None` for a dynamic axis (its value is in `bounds`)."""
         return tuple(e for _, e in self.domain)
+
+    @property
+    def is_dynamic(self) -> bool:
+        return any(e is None for _, e in self.domain)
+
+    def static_extents(self, what: str) -> tuple[int, ...]:
+        """The extents of a domain that must be static for `what`; TileError otherwise."""
+        if self.is_dynamic:
+            from tilenest.errors import TileError
+
+            raise TileError(f"{what}: this {self.name} has a dynamic extent (known only at run "
+                            "time); it needs extents known at capture")
+        return tuple(e for _, e in self.domain)  # type: ignore[misc]
+
+    def extent_sources(self) -> tuple[int | Value, ...]:
+        """Per axis: the static extent, or the index value that gives it at run time."""
+        bounds = iter(self.bounds)
+        return tuple(next(bounds) if e is None else e for _, e in self.domain)
 
     @property
     def coords(self) -> list[Value]:
@@ -139,16 +167,17 @@ class RegionOp(Defined):
         return self.body.args[len(self.domain):]
 
     def verify_op(self) -> None:
-        if len(self.results) != len(self.operands):
-            raise VerifyError(self, f"{len(self.operands)} results", str(len(self.results)))
+        inits = list(self.inits)
+        if len(self.results) != len(inits):
+            raise VerifyError(self, f"{len(inits)} results", str(len(self.results)))
         body, n = self.body, len(self.domain)
-        if len(body.args) != n + len(self.operands):
-            raise VerifyError(self, f"{n + len(self.operands)} region arguments",
+        if len(body.args) != n + len(inits):
+            raise VerifyError(self, f"{n + len(inits)} region arguments",
                               str(len(body.args)))
         for a in body.args[:n]:
             if a.type != INDEX_TYPE:
                 raise VerifyError(self, "index region arguments for the domain", str(a.type))
-        for i, (init, arg, res) in enumerate(zip(self.operands, body.args[n:], self.results,
+        for i, (init, arg, res) in enumerate(zip(inits, body.args[n:], self.results,
                                                  strict=True)):
             if not (init.type == arg.type == res.type):
                 raise VerifyError(self, f"carry {i} of one tile type",
@@ -156,8 +185,8 @@ class RegionOp(Defined):
         term = body.terminator
         if term is None:
             raise VerifyError(self, "a body ending in 'yield'")
-        if len(term.operands) != len(self.operands):
-            raise VerifyError(self, f"yield of {len(self.operands)} values",
+        if len(term.operands) != len(inits):
+            raise VerifyError(self, f"yield of {len(inits)} values",
                               str(len(term.operands)))
         for i, (v, res) in enumerate(zip(term.operands, self.results, strict=True)):
             if v.type != res.type:
@@ -172,8 +201,8 @@ class Parallel(RegionOp):
                   optional=True, doc="an execution-policy hint")
 
     def verify_op(self) -> None:
-        if self.operands or self.results:
-            raise VerifyError(self, "no operands and no results (instances are independent)")
+        if self.inits or self.results:
+            raise VerifyError(self, "no carries and no results (instances are independent)")
         super().verify_op()
 
 

@@ -23,7 +23,7 @@ def parse_shape(shape: Any, what: str = "shape") -> Layout:
     extents: list[int] = []
     for e in entries:
         if isinstance(e, Axis):
-            d, n = e.dim, e.extent
+            d, n = e.dim, e.static_extent(what)
         elif isinstance(e, int) and not isinstance(e, bool):
             d, n = Dim(None, anonymous=True), e
         elif isinstance(e, Dim):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tilenest.errors import CaptureError, ShapeError
 from tilenest.ir.types import Dim
@@ -21,7 +22,7 @@ class Axis:
     """
 
     dim: Dim
-    extent: int
+    extent: Any  # an int; in a region domain also an Index value (a dynamic extent)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Axis) and other.dim is self.dim and other.extent == self.extent
@@ -37,19 +38,38 @@ class Axis:
         return f"axis({self.dim.describe()}, {self.extent})"
 
     def __len__(self) -> int:
+        if not isinstance(self.extent, int):
+            raise ShapeError(f"len() of {self!r}: its extent is dynamic (known at run time)")
+        return self.extent
+
+    @property
+    def is_dynamic(self) -> bool:
+        return not isinstance(self.extent, int)
+
+    def static_extent(self, what: str) -> int:
+        """The extent where it must be known at capture (tile shapes)."""
+        if not isinstance(self.extent, int):
+            raise ShapeError(f"{what}: {self!r} has a dynamic extent; tile shapes are known at "
+                             "capture (a dynamic extent belongs to a region domain)")
         return self.extent
 
 
-def axis(label: str | Dim | None, extent: int) -> Axis:
-    """A new dimension (or an existing `Dim`) with an extent: `tn.axis("m", 64)`."""
+def axis(label: str | Dim | None, extent: Any) -> Axis:
+    """A new dimension (or an existing `Dim`) with an extent: `tn.axis("m", 64)`. In a region
+    domain the extent may be an index value: `tn.axis("k", tn.cdiv(q0 + BM, BN))`."""
+    from tilenest.lang.values import Index  # values imports layout, which imports dims
+
+    d = label if isinstance(label, Dim) else Dim(label)
+    if isinstance(extent, Index):
+        return Axis(d, extent)
     if isinstance(extent, bool) or not isinstance(extent, int):
-        raise ShapeError(f"an axis extent must be a Python int known at capture, got {extent!r}")
+        raise ShapeError(f"an axis extent must be a Python int or an index value, got "
+                         f"{extent!r}")
     if extent < 0:
         raise ShapeError(f"an axis extent must be >= 0, got {extent}")
     if extent > _I64_MAX:
         raise ShapeError(f"an axis extent must fit a 64-bit index (at most {_I64_MAX}), got "
                          f"{extent}")
-    d = label if isinstance(label, Dim) else Dim(label)
     return Axis(d, extent)
 
 

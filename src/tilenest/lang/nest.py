@@ -44,10 +44,10 @@ def parse_domain(args: tuple[Any, ...], what: str) -> tuple[tuple[Axis, ...], Ex
                                  f"{2 ** 63 - 1})")
             axes.append(Axis(Dim(None, anonymous=True), a))
         elif isinstance(a, Index):
-            raise CaptureError(f"{what}: extents must be known at capture (Python ints); "
-                               "a data-dependent extent is not supported")
+            axes.append(Axis(Dim(None, anonymous=True), a))
         else:
-            raise CaptureError(f"{what}: domain entries must be tn.axis(...) or ints, got {a!r}")
+            raise CaptureError(f"{what}: domain entries must be tn.axis(...), ints or index "
+                               f"values, got {a!r}")
     if not axes:
         raise CaptureError(f"{what}: the domain needs at least one axis")
     if len({id(a.dim) for a in axes}) != len(axes):
@@ -68,6 +68,12 @@ class RegionBuilder:
         self.body = Region((INDEX,) * len(axes), tuple(a.dim.label or "" for a in axes))
         self.inits: list[Tile] = []
         self.op: Op | None = None
+        if kind == "parallel" and len(self.state.builder.stack) == 1 and \
+                any(a.is_dynamic for a in axes):
+            raise CaptureError("tn.parallel: the outermost parallel's extents size the launch "
+                               "grid and must be known at capture; a dynamic extent belongs to "
+                               "an inner region (nest.serial / pipeline / reduce / parallel)",
+                               loc=loc)
 
     def open(self) -> tuple[Index, ...]:
         for a in self.axes:
@@ -89,9 +95,11 @@ class RegionBuilder:
         emit("yield", tuple(t.value for t in yields), loc=self.loc)
         popped = self.state.builder.pop()
         assert popped is self.body
-        domain = tuple((a.dim, a.extent) for a in self.axes)
-        op = Op(self.kind, tuple(t.value for t in self.inits), tuple(t.type for t in self.inits),
-                {"domain": domain, **self.attrs}, (self.body,), self.loc)
+        domain = tuple((a.dim, None if a.is_dynamic else a.extent) for a in self.axes)
+        bounds = tuple(a.extent.value for a in self.axes if a.is_dynamic)
+        op = Op(self.kind, bounds + tuple(t.value for t in self.inits),
+                tuple(t.type for t in self.inits), {"domain": domain, **self.attrs},
+                (self.body,), self.loc)
         self.state.builder.region.append(op)
         self.op = op
         return tuple(Tile(v) for v in op.results)
@@ -147,7 +155,8 @@ class Nest:
         return tuple(i for nest in reversed(chain) for i in nest._indices)
 
     @property
-    def shape(self) -> tuple[int, ...]:
+    def shape(self) -> tuple[int | Index, ...]:
+        """The domain's extents: ints, or the index values of dynamic extents."""
         return tuple(a.extent for a in self.axes)
 
     def stage(self, name: str | None = None) -> None:

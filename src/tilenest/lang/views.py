@@ -152,7 +152,7 @@ class ViewRegion:
                 raise ShapeError(
                     f"{view.name} axis {axis} has dim {view.dims[axis].describe()} (with_dims), "
                     f"but the region names {e.dim.describe()}")
-            return (e.dim, e.extent)
+            return (e.dim, e.static_extent(f"a region of {view.name}"))
         if isinstance(e, int) and not isinstance(e, bool):
             if e < 0:
                 raise ShapeError(f"negative extent {e} in a region of {view.name}")

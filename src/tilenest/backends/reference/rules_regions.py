@@ -49,10 +49,19 @@ def sample_instances(extents: tuple[int, ...], k: int, rng: np.random.Generator)
     return sorted(list(chosen)[:k])  # corners first, then the spaced ones, then random
 
 
+def split_operands(op: ops.RegionOp, operands: list[Any]) -> tuple[tuple[int, ...], list[Any]]:
+    """The instance's extents (dynamic ones from their index operands; a negative extent is
+    an empty axis) and the carries' initial values."""
+    n = op.dynamic_count()
+    bounds = iter(operands[:n])
+    extents = tuple(max(0, int(next(bounds))) if e is None else e for e in op.extents)
+    return extents, list(operands[n:])
+
+
 @register_eval(ops.Parallel)
 def _parallel(ctx: Interpreter, op: ops.Parallel, operands: list[Any]) -> list[Any]:
     """Independent instances, run one at a time in the order the run asks for."""
-    extents = op.extents
+    extents, _ = split_operands(op, operands)
     coords = lexicographic(extents)
     ordinals: list[int] = list(range(len(coords)))
     if ctx.order == "reverse":
@@ -79,8 +88,8 @@ def _parallel(ctx: Interpreter, op: ops.Parallel, operands: list[Any]) -> list[A
 @register_eval(ops.Serial, ops.Pipeline)
 def _ordered_loop(ctx: Interpreter, op: ops.RegionOp, operands: list[Any]) -> list[Any]:
     """A totally ordered loop; pipeline window/interval are scheduling hints only."""
-    carries = list(operands)
-    for coord in lexicographic(op.extents):
+    extents, carries = split_operands(op, operands)
+    for coord in lexicographic(extents):
         carries = ctx.run_region(op.body, [*coord, *carries])
     return carries
 
@@ -101,7 +110,8 @@ def _closed_states(ctx: Interpreter, op: ops.Reduce) -> dict[int, ClosedState]:
 def _reduce(ctx: Interpreter, op: ops.Reduce, operands: list[Any]) -> list[Any]:
     """Strict folds keep (reverse) lexicographic order; tree contracts regroup closed states."""
     contract = op.order
-    coords = lexicographic(op.extents)
+    extents, operands = split_operands(op, operands)
+    coords = lexicographic(extents)
     if contract == "fold_right":
         coords.reverse()
     closed = {} if contract in ("fold_left", "fold_right") else _closed_states(ctx, op)
