@@ -3,26 +3,33 @@
 A dynamic extent (DESIGN §3a) is an Index expression of enclosing coordinates, constants and
 loaded values. When it depends on coordinates and constants only (a causal key loop
 `cdiv(q0 + BM, BN)`), the planner knows its work exactly: the expression is evaluated at every
-enclosing instance (evenly spaced samples of each axis past `SAMPLES` values) and averaged.
+instance of the enclosing regions it depends on (evenly spaced samples of each such axis past a
+budget of `INSTANCES` evaluations, each sample weighted by the instances it stands for) and
+averaged over the parent's instances; the maximum is exact when nothing was sampled and the
+expression's interval bound otherwise. A negative extent is an empty axis: it counts 0.
+
 When it reads loaded values (a jagged row loop over an offsets tensor), nothing at capture
 bounds it but the interval of the loaded type; it is then priced at an assumption stated as
-such: the largest axis of any tensor argument as its maximum (a loop longer than every tensor
-would touch no new memory), half of that as its expectation. `explain()` prints the basis.
+such: every loaded index lies in [0, the largest axis of any tensor argument] (offsets and
+positions into the arguments), the interval of the extent under that assumption gives its
+maximum, capped by that largest axis (a loop longer than every tensor would touch no new
+memory), and each dynamic axis is expected to run half its maximum. `explain()` prints the
+basis.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from math import prod
 
-from tilenest.analysis.index_ranges import index_ranges
+from tilenest.analysis.index_ranges import _BINARY, Interval, dtype_range, index_ranges
 from tilenest.ir import ops
-from tilenest.ir.core import Function, Op, Value
+from tilenest.ir.core import Function, Op, Region, Value
 from tilenest.ir.types import TensorType
 
-SAMPLES = 64  # coordinate values visited per enclosing axis (evenly spaced past this)
+INSTANCES = 4096  # enclosing instances evaluated per dynamic region (sampled past this)
 
 EXACT = "static"
 COMPUTED = "computed from the enclosing coordinates"
@@ -31,7 +38,8 @@ ASSUMED = "data-dependent (assumed from the argument shapes)"
 
 @dataclass(frozen=True)
 class Trips:
-    """Iterations of one region op per instance of its parent."""
+    """Iterations of one region op per instance of its parent (for a dynamic op, the mean
+    over all instances of the parent in one launch, and the most any of them runs)."""
 
     expected: float
     maximum: int
@@ -79,6 +87,29 @@ def _evaluate(v: Value, env: dict[Value, int], memo: dict[Value, int]) -> int:
     return out
 
 
+def _dependencies(values: Iterable[Value]) -> tuple[set[Value], bool]:
+    """The region coordinates that index values depend on, and whether they read a loaded
+    value (or anything else that is not index arithmetic of constants and coordinates)."""
+    coords: set[Value] = set()
+    loaded = False
+    stack, seen = list(values), set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        op = v.owner
+        if isinstance(op, ops.IndexConst):
+            continue
+        if isinstance(op, ops.IndexBinary) and type(op) in _APPLY:
+            stack.extend((op.lhs, op.rhs))
+        elif isinstance(op, Op):
+            loaded = True
+        else:
+            coords.add(v)
+    return coords, loaded
+
+
 def _enclosing(op: Op) -> list[ops.RegionOp]:
     chain: list[ops.RegionOp] = []
     region = op.parent
@@ -90,25 +121,54 @@ def _enclosing(op: Op) -> list[ops.RegionOp]:
     return chain[::-1]
 
 
-def _spaced(n: int) -> range | list[int]:
-    if n <= SAMPLES:
+def _dynamic_values(op: ops.RegionOp) -> list[Value]:
+    return [e for e in op.extent_sources() if isinstance(e, Value)]
+
+
+def _spaced(n: int, k: int) -> range | list[int]:
+    """At most k coordinates of an axis of n, evenly spaced, first and last included."""
+    if n <= k:
         return range(n)
-    step = (n - 1) / (SAMPLES - 1)
-    return sorted({round(i * step) for i in range(SAMPLES)})
+    step = (n - 1) / (k - 1)
+    return sorted({round(i * step) for i in range(k)})
 
 
-def _instances(chain: list[ops.RegionOp], env: dict[Value, int]) -> Iterator[dict[Value, int]]:
-    """Coordinates of every (sampled) instance of the chain's innermost body."""
-    if not chain:
-        yield env
-        return
-    head, rest = chain[0], chain[1:]
-    extents = [max(0, _evaluate(e, env, {})) if isinstance(e, Value) else e
-               for e in head.extent_sources()]
-    for coord in itertools.product(*(_spaced(n) for n in extents)):
-        inner = dict(env)
-        inner.update(zip(head.coords, coord, strict=True))
-        yield from _instances(rest, inner)
+class _Enumeration:
+    """The (sampled) instances of a chain of regions, over the axes that matter."""
+
+    def __init__(self, relevant: set[Value]) -> None:
+        self.relevant = relevant
+        root = len(relevant)
+        per_axis = int(INSTANCES ** (1 / root) + 1e-9) if root else 1
+        self.per_axis = max(2, per_axis)
+        self.sampled = False
+
+    def instances(self, chain: list[ops.RegionOp], env: dict[Value, int], weight: float
+                  ) -> Iterator[tuple[dict[Value, int], float]]:
+        """(coordinates, instances of the chain's innermost body they stand for). An axis
+        no extent depends on is not visited: it multiplies the weight by its extent."""
+        if not chain:
+            yield env, weight
+            return
+        head, rest = chain[0], chain[1:]
+        memo: dict[Value, int] = {}
+        visited: list[tuple[Value, range | list[int]]] = []
+        for coord, e in zip(head.coords, head.extent_sources(), strict=True):
+            n = max(0, _evaluate(e, env, memo)) if isinstance(e, Value) else e
+            if n == 0:
+                return
+            if coord not in self.relevant:
+                weight *= n
+                continue
+            values = _spaced(n, self.per_axis)
+            self.sampled = self.sampled or len(values) < n
+            weight *= n / len(values)
+            visited.append((coord, values))
+        names = [c for c, _ in visited]
+        for point in itertools.product(*(v for _, v in visited)):
+            inner = dict(env)
+            inner.update(zip(names, point, strict=True))
+            yield from self.instances(rest, inner, weight)
 
 
 def _shape_cap(fn: Function) -> int:
@@ -117,47 +177,137 @@ def _shape_cap(fn: Function) -> int:
     return max(sizes, default=1)
 
 
-def _dynamic_trips(op: ops.RegionOp, ranges: dict[Value, tuple[int, int]], cap: int) -> Trips:
+def _assumed_ranges(fn: Function, cap: int) -> dict[Value, Interval]:
+    """Index intervals as `index_ranges` computes them, but with every loaded index in
+    [0, cap] (within its element type's range): the assumption an ASSUMED count rests on."""
+    ranges: dict[Value, Interval] = {}
+
+    def visit(region: Region) -> None:
+        for op in region.ops:
+            if isinstance(op, ops.IndexConst):
+                ranges[op.result] = (op.value, op.value)
+            elif isinstance(op, ops.IndexFromTile):
+                lo, hi = dtype_range(op.x.type.dtype)
+                ranges[op.result] = (max(lo, 0), max(min(hi, cap), 0))
+            elif isinstance(op, ops.IndexBinary):
+                a, b = ranges.get(op.lhs), ranges.get(op.rhs)
+                if a is not None and b is not None:
+                    ranges[op.result] = _BINARY[op.name](a, b)
+            if isinstance(op, ops.RegionOp):
+                for arg, extent in zip(op.coords, op.extent_sources(), strict=True):
+                    hi = extent if isinstance(extent, int) else ranges.get(extent, (0, cap))[1]
+                    ranges[arg] = (0, max(int(hi) - 1, 0))
+            for r in op.regions:
+                visit(r)
+
+    visit(fn.body)
+    return ranges
+
+
+def _interval_maximum(op: ops.RegionOp, ranges: dict[Value, Interval], cap: int | None
+                      ) -> int | None:
+    """The product of the axes' upper bounds (None when one is unknown); each dynamic axis
+    capped by `cap` when given."""
+    total = 1
+    for e in op.extent_sources():
+        if isinstance(e, int):
+            total *= e
+            continue
+        iv = ranges.get(e)
+        if iv is None:
+            return None
+        hi = max(0, int(iv[1]))
+        total *= hi if cap is None else min(hi, cap)
+    return total
+
+
+class _Context:
+    """What counting the dynamic regions of one function shares (computed on demand)."""
+
+    def __init__(self, fn: Function) -> None:
+        self.fn = fn
+        self.cap = _shape_cap(fn)
+        self._ranges: dict[Value, Interval] | None = None
+        self._assumed: dict[Value, Interval] | None = None
+
+    @property
+    def ranges(self) -> dict[Value, Interval]:
+        if self._ranges is None:
+            self._ranges = index_ranges(self.fn)
+        return self._ranges
+
+    @property
+    def assumed(self) -> dict[Value, Interval]:
+        if self._assumed is None:
+            self._assumed = _assumed_ranges(self.fn, self.cap)
+        return self._assumed
+
+
+def _assumed_trips(op: ops.RegionOp, ctx: _Context) -> Trips:
+    expected, maximum = 1.0, 1
+    for e in op.extent_sources():
+        if isinstance(e, int):
+            expected, maximum = expected * e, maximum * e
+            continue
+        hi = max(0, min(int(ctx.assumed.get(e, (0, ctx.cap))[1]), ctx.cap))
+        expected, maximum = expected * hi / 2, maximum * hi
+    return Trips(expected, maximum, ASSUMED)
+
+
+def _dynamic_trips(op: ops.RegionOp, ctx: _Context) -> Trips:
+    chain = _enclosing(op)
+    relevant, loaded = _dependencies(_dynamic_values(op))
+    for outer in chain:
+        more, reads = _dependencies(_dynamic_values(outer))
+        relevant |= more
+        loaded = loaded or reads
+    if loaded:
+        return _assumed_trips(op, ctx)
+    walk = _Enumeration(relevant)
     sources = op.extent_sources()
-    try:
-        counts = []
-        for env in _instances(_enclosing(op), {}):
-            memo: dict[Value, int] = {}
-            counts.append(prod(max(0, _evaluate(e, env, memo)) if isinstance(e, Value) else e
-                               for e in sources))
-    except _Unknown:
-        maximum = 1
-        for e in sources:
-            hi = e if isinstance(e, int) else ranges.get(e, (0, cap))[1]
-            maximum *= max(0, min(int(hi), cap))
-        return Trips(maximum / 2, maximum, ASSUMED)
-    if not counts:
-        return Trips(0.0, 0, COMPUTED)
-    return Trips(sum(counts) / len(counts), max(counts), COMPUTED)
+    total = parents = 0.0
+    most = 0
+    for env, weight in walk.instances(chain, {}, 1.0):
+        memo: dict[Value, int] = {}
+        count = prod(max(0, _evaluate(e, env, memo)) if isinstance(e, Value) else e
+                     for e in sources)
+        total += weight * count
+        parents += weight
+        most = max(most, count)
+    if walk.sampled:
+        bound = _interval_maximum(op, ctx.ranges, None)
+        most = most if bound is None else max(most, bound)
+    return Trips(total / parents if parents else 0.0, most, COMPUTED)
+
+
+def _static(op: ops.RegionOp) -> Trips:
+    n = prod(op.static_extents("a static trip count"))
+    return Trips(float(n), n)
 
 
 def trip_counts(fn: Function) -> dict[ops.RegionOp, Trips]:
     """Per region op of `fn`: its trips per instance of its parent."""
-    ranges: dict[Value, tuple[int, int]] | None = None
-    cap = _shape_cap(fn)
+    ctx: _Context | None = None
     out: dict[ops.RegionOp, Trips] = {}
     for op in fn.walk():
         if not isinstance(op, ops.RegionOp):
             continue
         if not op.is_dynamic:
-            n = prod(op.extents)  # type: ignore[arg-type]
-            out[op] = Trips(float(n), n)
+            out[op] = _static(op)
             continue
-        if ranges is None:
-            ranges = index_ranges(fn)
-        out[op] = _dynamic_trips(op, ranges, cap)
+        ctx = ctx or _Context(fn)
+        out[op] = _dynamic_trips(op, ctx)
     return out
 
 
 def region_trips(op: ops.RegionOp, fn: Function) -> Trips:
-    """The trips of one region op of `fn` (walks `fn` when dynamic: where many ops are asked,
-    keep the map of `trip_counts`)."""
+    """The trips of one region op of `fn` (where many ops are asked, keep the map of
+    `trip_counts`)."""
     if not op.is_dynamic:
-        n = prod(op.extents)  # type: ignore[arg-type]
-        return Trips(float(n), n)
-    return trip_counts(fn)[op]
+        return _static(op)
+    return _dynamic_trips(op, _Context(fn))
+
+
+def is_dynamic(fn: Function) -> bool:
+    """Whether any region op of `fn` has a dynamic extent."""
+    return any(isinstance(op, ops.RegionOp) and op.is_dynamic for op in fn.walk())

@@ -4,7 +4,10 @@ For each root `parallel` (a phase) and a candidate's root-axis order and distrib
 counts per packet: arithmetic (vector operations), memory operations by access class
 (broadcast, contiguous, gathered lanes), definition-time snapshot stores, runtime indexed
 reads and `mma` multiply-adds, with loop repetition (serial / pipeline / reduce extents)
-multiplied in. Access classes come from an address-slope analysis of load/store origins:
+multiplied in; a dynamic extent (DESIGN §3a) multiplies in its expected trips
+(`analysis.trips`: the mean over the parent's instances, so the product along a nest is the
+expected repetition per program). Access classes come from an address-slope analysis of
+load/store origins:
 
 - one program per lane: the flat address slope along the innermost root axis (the axis
   whose consecutive programs share a packet): 0 broadcast, +-1 contiguous, else gathered;
@@ -23,8 +26,9 @@ never consumes them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import prod
+from math import ceil, prod
 
+from tilenest.analysis.trips import Trips, is_dynamic, trip_counts
 from tilenest.ir import ops
 from tilenest.ir.core import Function, Op, Value
 from tilenest.ir.types import TensorType, TileType
@@ -49,7 +53,7 @@ class PhaseWork:
     snapshot_stores: float
     indexed_reads: float
     mma: float
-    loop_repetition: int
+    loop_repetition: int  # the largest (expected, rounded up) repetition of a loop body
     # Bytes of the tiles one packet holds (loads, carried and accumulated tiles), and each
     # `mma` as (M, N, K, repetition): the tile shapes that cost models price.
     tile_bytes: float = 0.0
@@ -75,13 +79,15 @@ class ExecutionWork:
 
 
 class _Counter:
-    def __init__(self, kind: str, width: int, inner_root_extent: int) -> None:
+    def __init__(self, kind: str, width: int, inner_root_extent: int,
+                 trips: dict[ops.RegionOp, Trips]) -> None:
         self.kind = kind
+        self.trips = trips  # the dynamic regions' expected trips
         self.width = width
         self.inner_root_extent = inner_root_extent
         self.arith = self.bcast = self.contig = self.gather = 0.0
         self.snap = self.indexed = self.mma = 0.0
-        self.max_rep = 1
+        self.max_rep = 1.0
         self.tile_bytes = 0.0
         self.mma_tiles: list[tuple[int, int, int, float]] = []
         self.streams = self.stream_bytes = 0.0
@@ -97,7 +103,7 @@ class _Counter:
         return float(prod(shape[:-1]) * -(-shape[-1] // self.width))
 
     def access(self, shape: tuple[int, ...], slope: int | None, inner_stride: int | None,
-               rep: int, itemsize: int = 4, whole_rows: bool = False) -> None:
+               rep: float, itemsize: int = 4, whole_rows: bool = False) -> None:
         numel = prod(shape)
         self.tile_elements = max(self.tile_elements, numel)
         self.row_streams(shape, slope, inner_stride, itemsize, whole_rows)
@@ -224,7 +230,7 @@ def _whole_rows(region: tuple[int, ...], tensor: TensorType) -> bool:
     return (tensor.strides[-1] == 1 and tensor.strides[-2] == n and region[-1] >= n)
 
 
-def _walk(body: list[Op], rep: int, c: _Counter, slopes: _Slopes, inner_axis: int) -> None:
+def _walk(body: list[Op], rep: float, c: _Counter, slopes: _Slopes, inner_axis: int) -> None:
     for op in body:
         if isinstance(op, ops.Memory):
             tensor = op.tensor_type
@@ -257,7 +263,8 @@ def _walk(body: list[Op], rep: int, c: _Counter, slopes: _Slopes, inner_axis: in
             scalar = sum(1 for o in op.body.ops if not isinstance(o, ops.Yield))
             c.arith += c.vec(t.shape) * scalar * rep
         elif isinstance(op, ops.RegionOp):
-            extents = prod(op.extents)
+            extents: float = c.trips[op].expected if op.is_dynamic else \
+                prod(op.static_extents("work extraction"))
             inner = rep * extents
             c.max_rep = max(c.max_rep, inner)
             c.tile_bytes += sum(r.type.size * r.type.dtype.itemsize for r in op.results
@@ -279,25 +286,30 @@ def _walk(body: list[Op], rep: int, c: _Counter, slopes: _Slopes, inner_axis: in
 
 
 def extract_work(fn: Function, root_axis_order: tuple[int, ...] | None, distribution: str,
-                 packet_width: int) -> ExecutionWork:
-    """The per-packet work of every root `parallel` under one order and distribution."""
+                 packet_width: int, trips: dict[ops.RegionOp, Trips] | None = None
+                 ) -> ExecutionWork:
+    """The per-packet work of every root `parallel` under one order and distribution;
+    `trips` (from `trip_counts(fn)`, computed here when needed and not given) prices the
+    dynamic regions."""
+    if trips is None:
+        trips = trip_counts(fn) if is_dynamic(fn) else {}
     phases: list[PhaseWork] = []
     for op in fn.body.ops:
         if not isinstance(op, ops.Parallel):
             continue
-        extents = list(op.extents)
+        extents = list(op.static_extents("the launch grid"))
         order = root_axis_order if root_axis_order is not None and \
             len(root_axis_order) == len(extents) else tuple(range(len(extents)))
         inner_axis = order[-1] if order else 0
         programs = prod(extents)
         per_lane = distribution == PROGRAM_PER_LANE
-        c = _Counter(distribution, packet_width, extents[inner_axis] if extents else 1)
+        c = _Counter(distribution, packet_width, extents[inner_axis] if extents else 1, trips)
         _walk(op.body.ops, 1, c, _Slopes(op), inner_axis)
         packets = -(-programs // packet_width) if per_lane else programs
         lanes = packet_width if per_lane else 1
         phases.append(PhaseWork(str(op.loc) if op.loc else "parallel", programs, packets,
                                 c.arith, c.bcast, c.contig, c.gather, c.snap, c.indexed,
-                                c.mma, c.max_rep, c.tile_bytes * lanes, tuple(c.mma_tiles),
-                                c.streams, c.stream_bytes, c.tile_elements))
+                                c.mma, ceil(c.max_rep - 1e-9), c.tile_bytes * lanes,
+                                tuple(c.mma_tiles), c.streams, c.stream_bytes, c.tile_elements))
     return ExecutionWork(tuple(phases), packet_width, distribution,
                          tuple(root_axis_order or ()))

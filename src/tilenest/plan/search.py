@@ -33,8 +33,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tilenest.analysis.resources import ExecutionResources
+from tilenest.analysis.trips import Trips, is_dynamic, trip_counts
 from tilenest.analysis.work import PACKET_LOCAL, ExecutionWork, extract_work
 from tilenest.errors import ArgumentError, BackendError
+from tilenest.ir import ops
 from tilenest.ir.core import Function
 from tilenest.plan.constraints import Constraints
 from tilenest.plan.cost import CostBreakdown, CostPolicy, checked_breakdown
@@ -112,6 +114,9 @@ class PlanningResult:
     elapsed_ms: float = 0.0
     method: str = ""              # what ran: "exhaustive", "pareto+beam", ...
     explored: int = 0             # candidates that ran admission (the budgeted count)
+    # How each dynamic region (DESIGN §3a) was priced: (the region and its source line,
+    # `Trips.describe()`), in program order.
+    dynamic_trips: tuple[tuple[str, str], ...] = ()
 
     def counts(self) -> dict[str, int]:
         c = Counter(r.category.value for r in self.rejected)
@@ -145,8 +150,9 @@ class _Admitter:
     """Runs the admission sequence and scores admitted candidates (caching shared facts)."""
 
     def __init__(self, fn: Function, info: TargetInfo, cons: Constraints,
-                 policy: CostPolicy) -> None:
+                 policy: CostPolicy, trips: dict[ops.RegionOp, Trips] | None = None) -> None:
         self.fn, self.info, self.cons, self.policy = fn, info, cons, policy
+        self.trips = trips if trips is not None else trip_counts(fn) if is_dynamic(fn) else {}
         self.work: dict[tuple, ExecutionWork] = {}
         self.rank = root_rank(fn)
         self.region = str(root_parallels(fn)[0].loc) if root_parallels(fn) else fn.name
@@ -229,7 +235,8 @@ class _Admitter:
             # Packet-local work does not depend on the root order (work.py): share it.
             shared = None if kind != PACKET_LOCAL else next(
                 (w for (o, d), w in self.work.items() if d == c.distribution), None)
-            work = extract_work(self.fn, order, kind, self.packet_width) if shared is None \
+            work = extract_work(self.fn, order, kind, self.packet_width, self.trips) \
+                if shared is None \
                 else ExecutionWork(shared.phases, shared.packet_width, kind, tuple(order or ()))
             self.work[key] = work
         return ScheduledWork(work, tuple(self.info.schedule(c, work)))
@@ -311,13 +318,14 @@ def plan(fn: Function, info: TargetInfo, options: PlannerOptions | None = None
             f"constraints={{'root_axis_order': ..., 'block_size': ...}}, raise the "
             f"budget, or use strategy='auto'", loc=None)
     assert run is not None
+    trips = trip_counts(fn) if is_dynamic(fn) else {}
     # The seed asked for is recorded; a seeded heuristic without one uses (and reports) 0.
     seed = opts.seed if opts.seed is not None else 0 if method in SEEDED else None
     common = dict(space_size=space.size, target=info.target(), policy=type(policy).__name__,
                   coefficients=coefficients, constraints=opts.constraints,
-                  strategy=opts.strategy, seed=seed)
+                  strategy=opts.strategy, seed=seed, dynamic_trips=dynamic_trips(trips))
     if opts.bound_only == 1:
-        lower = _policy_bound(fn, info, space, policy, opts.constraints)
+        lower = _policy_bound(fn, info, space, policy, opts.constraints, trips)
         if lower is not None:
             return PlanningResult(status="bounded", selected=None, finalists=[],
                                   candidates=[], rejected=[], evaluations=0,
@@ -325,7 +333,7 @@ def plan(fn: Function, info: TargetInfo, options: PlannerOptions | None = None
                                   elapsed_ms=(time.perf_counter() - start) * 1e3, **common)
     common["method"] = method
     defer = method == "exhaustive" and bool(getattr(info, "defer_resources", False))
-    ev = Evaluator(space, _Admitter(fn, info, opts.constraints, policy), opts.budget,
+    ev = Evaluator(space, _Admitter(fn, info, opts.constraints, policy, trips), opts.budget,
                    defer_resources=defer)
     run(ev, random.Random(seed or 0), replace(opts, seed=seed or 0))
     if opts.bound_only and method == "exhaustive" and ev.complete and ev.best is not None:
@@ -353,7 +361,7 @@ def plan(fn: Function, info: TargetInfo, options: PlannerOptions | None = None
 
 
 def _policy_bound(fn: Function, info: TargetInfo, space: Space, policy: CostPolicy,
-                  cons: Constraints) -> float | None:
+                  cons: Constraints, trips: dict[ops.RegionOp, Trips]) -> float | None:
     """The policy's lower bound over the space, from one representative per (root order,
     distribution) group, or None when the policy or the target cannot give one.
 
@@ -370,7 +378,7 @@ def _policy_bound(fn: Function, info: TargetInfo, space: Space, policy: CostPoli
     workers = info.target().workers
     if bound is None or workers is None or space.exp_off is not None or space.size == 0:
         return None
-    admitter = _Admitter(fn, info, cons, policy)
+    admitter = _Admitter(fn, info, cons, policy, trips)
     complete = getattr(info, "complete", None)
     lowest: float | None = None
     for o in range(len(space.orders)):
@@ -384,6 +392,21 @@ def _policy_bound(fn: Function, info: TargetInfo, space: Space, policy: CostPoli
             value = float(bound(c, work, workers))
             lowest = value if lowest is None else min(lowest, value)
     return lowest
+
+
+def dynamic_trips(trips: dict[ops.RegionOp, Trips]) -> tuple[tuple[str, str], ...]:
+    """Per dynamic region (program order): where it is, at its source line, and how its
+    trips were priced."""
+    out = []
+    for op, t in trips.items():
+        if not t.dynamic:
+            continue
+        where = op.name
+        if op.loc is not None:
+            source = op.loc.line.strip()
+            where += f" at {op.loc}" + (f" (`{source}`)" if source else "")
+        out.append((where, t.describe()))
+    return tuple(out)
 
 
 def require_selection(result: PlanningResult, fn_name: str) -> ScoredCandidate:

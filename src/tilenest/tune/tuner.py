@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from tilenest.analysis.trips import is_dynamic, trip_counts
 from tilenest.errors import ArgumentError, TileError, TuneError
 from tilenest.ir import ops
 from tilenest.numerics import as_policy
@@ -276,14 +277,15 @@ def shortlist(space: _Space, plain: Any, budget: int, seed: int = 0) -> list[Ent
 def reduction_length(fn: Any) -> int:
     """The longest chain of sequential accumulation in `fn`: the product of the extents of
     the serial, pipeline and reduce regions around an `mma` or `reduce`, times its own
-    contraction (1 when there is none; data-dependent extents count as 1)."""
+    contraction (1 when there is none). A dynamic extent counts its maximum trips
+    (`analysis.trips`): the tolerance must hold for the longest instance."""
     longest = 1
+    trips = trip_counts(fn) if is_dynamic(fn) else {}
 
     def extent(op: ops.RegionOp) -> int:
-        total = 1
-        for n in op.extents:
-            total *= n if isinstance(n, int) else 1
-        return total
+        if op.is_dynamic:
+            return max(1, trips[op].maximum)
+        return math.prod(op.static_extents("a reduction length"))
 
     def visit(region: Any, depth: int) -> None:
         nonlocal longest
@@ -411,7 +413,7 @@ class _Bench:
 
         args, _key, fn = kernel.specialize(tuple(host), constants)
         roots = [op for op in fn.body.ops if isinstance(op, ops.Parallel)]
-        count = math.prod(roots[-1].extents) if roots else 0
+        count = math.prod(roots[-1].static_extents("the launch grid")) if roots else 0
         if count <= REFERENCE_INSTANCES:
             run_function(fn, args, precision="float64")
             return None

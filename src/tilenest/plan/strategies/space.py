@@ -47,14 +47,14 @@ def _main_extents(fn: Function) -> tuple[int, ...]:
     if not roots:
         return ()
     best = max(roots, key=lambda op: len(op.domain))
-    return best.extents
+    return best.static_extents("the launch grid")  # a root parallel is always static
 
 
 def _programs(fn: Function) -> int:
     out = 1
     for op in root_parallels(fn):
         n = 1
-        for e in op.extents:
+        for e in op.static_extents("the launch grid"):
             n *= e
         out = max(out, n)
     return out
