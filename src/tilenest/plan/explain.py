@@ -77,8 +77,8 @@ def render(result: PlanningResult, top: int | None = 20, width: int = 160) -> st
     fixed = ", ".join(f"{k}={v!r}" for k, v in result.constraints.items())
     if fixed:
         console.print(f"fixed controls: {fixed}", highlight=False)
-    for where, how in result.dynamic_trips:
-        console.print(f"trips: {where}: {how}", highlight=False)
+    for where, how in result.dynamic_trips:  # one line each, unwrapped: grep finds them
+        console.print(f"trips: {where}: {how}", highlight=False, soft_wrap=True)
     sel = result.selected
     if sel is not None:
         c = sel.candidate
