@@ -34,14 +34,23 @@ FAST = {
 
 
 def prelude(variant: str) -> str:
-    if variant == "ieee":
-        return ORIGINAL
-    mx, mn = FAST[variant]
-    src = re.sub(r"def tn_max\(a, b\):\n(    .*\n)+", f"def tn_max(a, b):\n    return {mx}\n",
-                 ORIGINAL)
-    src = re.sub(r"def tn_min\(a, b\):\n(    .*\n)+", f"def tn_min(a, b):\n    return {mn}\n",
-                 src)
-    assert src != ORIGINAL
+    """`ieee`, a max/min variant of FAST, and/or `exp2` (exp as ex2.approx of x*log2(e), what
+    FlashAttention and SDPA use), joined by '+': `nanprop+exp2`."""
+    src = ORIGINAL
+    for part in variant.split("+"):
+        if part == "ieee":
+            continue
+        if part == "exp2":
+            new = re.sub(r"def tn_exp\(x\):\n(    .*\n)+",
+                         "def tn_exp(x):\n    return tl.exp2(x * 1.4426950408889634)\n", src)
+            assert new != src
+            src = new
+            continue
+        mx, mn = FAST[part]
+        src = re.sub(r"def tn_max\(a, b\):\n(    .*\n)+", f"def tn_max(a, b):\n    return {mx}\n",
+                     src)
+        src = re.sub(r"def tn_min\(a, b\):\n(    .*\n)+", f"def tn_min(a, b):\n    return {mn}\n",
+                     src)
     return src
 
 
@@ -50,12 +59,13 @@ def main() -> None:
     B, H, S, D = 4, 32, 4096, 128
     sets = [tuple(torch.randn(B, H, S, D, device="cuda", dtype=torch.float16)
                   for _ in range(3)) for _ in range(2)]
-    ref = F.scaled_dot_product_attention(*sets[0])
-    t = timer.device_ms(lambda i: F.scaled_dot_product_attention(*sets[i]), 2)
-    print(f"SDPA {t['median_ms']:.3f} ms", flush=True)
+    causal = os.environ.get("CAUSAL", "0") == "1"
+    ref = F.scaled_dot_product_attention(*sets[0], is_causal=causal)
+    t = timer.device_ms(lambda i: F.scaled_dot_product_attention(*sets[i], is_causal=causal), 2)
+    print(f"SDPA causal={causal} {t['median_ms']:.3f} ms", flush=True)
     for variant in sys.argv[1:] or ("ieee", "nanprop", "plain"):
         lower._COMMON = prelude(variant)
-        mod = importlib.reload(importlib.import_module("examples.flash_attention"))
+        mod = importlib.reload(importlib.import_module("tilenest.examples.flash_attention"))
         kern = mod.flash_attention
         out = torch.empty_like(sets[0][0])
         for label, consts, plan in (("plain call", {}, None),
@@ -73,7 +83,8 @@ def main() -> None:
                                      CudaPlan(num_warps=8, num_stages=3))):
             extra = {} if plan is None else {"plan": plan}
             try:
-                ck = kern.compile(*sets[0], out, target="cuda", **extra, **consts)
+                ck = kern.compile(*sets[0], out, target="cuda", CAUSAL=causal, **extra,
+                                  **consts)
             except Exception as e:  # noqa: BLE001 - a probe reports every failure, goes on
                 print(f"{variant:8s} {label:18s} FAILED {type(e).__name__}: "
                       f"{str(e).splitlines()[0][:100]}", flush=True)
