@@ -23,8 +23,10 @@ from tilenest.examples import (
     gemm,
     gemm_transposed,
     gqa_decode,
+    jagged,
     layernorm,
     masked_softmax,
+    moe,
     rmsnorm,
     rmsnorm_backward,
     rope,
@@ -40,6 +42,8 @@ EXAMPLES: dict[str, Example] = {
     for ex in (*(m.EXAMPLE for m in (gemm, gemm_transposed, softmax, masked_softmax, layernorm,
                                       rmsnorm, gelu_residual, swiglu, rope, attention,
                                       flash_attention, gqa_decode, cross_entropy, embedding)),
+               # Loops sized by loaded values (jagged segments, experts' rows).
+               jagged.MEAN_EXAMPLE, jagged.SOFTMAX_EXAMPLE, moe.EXAMPLE,
                # The backward passes (tilenest.examples.autograd calls them); RMSNorm's dW
                # is a second kernel, its reduction runs over rows.
                softmax_backward.EXAMPLE, rmsnorm_backward.EXAMPLE, rmsnorm_backward.DW_EXAMPLE)
@@ -51,13 +55,17 @@ def all_examples() -> list[Example]:
 
 
 # Output shapes that differ from the first input's (every other example writes one output
-# of its first input's shape); tests/e2e/test_no_planning_error.py checks this against the
-# oracles at every e2e case.
-OUTPUT_SHAPES: dict[str, Callable[[dict[str, int]], tuple[int, ...]]] = {
+# of its first input's shape): one shape for every output, or a shape per output name;
+# tests/e2e/test_no_planning_error.py checks this against the oracles at every e2e case.
+OutputShapes = tuple[int, ...] | dict[str, tuple[int, ...]]
+OUTPUT_SHAPES: dict[str, Callable[[dict[str, int]], OutputShapes]] = {
     "gemm": lambda s: (s["M"], s["N"]),
     "gemm_transposed": lambda s: (s["M"], s["N"]),
     "cross_entropy": lambda s: (s["M"],),
     "embedding": lambda s: (s["T"], s["D"]),
+    "jagged_mean": lambda s: (s["B"], s["D"]),
+    "moe": lambda s: {"XS": (2 * s["T"], s["D"]), "S": (2 * s["T"], s["F"]),
+                      "Y": (s["T"], s["F"])},
     "rmsnorm_backward_dw": lambda s: (s["N"],),
 }
 
@@ -123,7 +131,8 @@ def empty_args(example: Example, shape: dict[str, int], dtype: str = "f32",
     out_shape = OUTPUT_SHAPES[example.name](shape) if example.name in OUTPUT_SHAPES \
         else first.shape
     specs = {p: (drawn[p].shape, drawn[p].dtype) for p in example.inputs}
-    specs.update({p: (out_shape, np.dtype(np.float64)) for p in example.outputs})
+    specs.update({p: (out_shape[p] if isinstance(out_shape, dict) else out_shape,
+                      np.dtype(np.float64)) for p in example.outputs})
     args = []
     for p in example.kernel.tensor_params:
         dims, kind = specs[p]

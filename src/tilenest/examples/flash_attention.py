@@ -6,8 +6,12 @@ are the running row max `m_i`, the running denominator `l_i` and the unnormalize
 end, and (when CAUSAL) of columns after the query row, are masked to -inf. Causal means
 key j is visible to query i when j <= i (top-left aligned).
 
-Blocks that are entirely masked are harmless: key 0 is visible to every row, so `m_i` is
-finite after the first block and exp(-inf - m_i) = 0 afterwards.
+When CAUSAL the key loop stops at the query block's diagonal: its trip count
+min(cdiv(q0 + BM, BN), cdiv(SK, BN)) depends on the program's coordinate (a dynamic extent),
+so the key blocks after the last query row of the block are never loaded or computed (about
+half the work at SQ == SK); the blocks it visits keep their masks. A block entirely masked
+for some row (right of that row's diagonal) is harmless: key 0 is visible to every row, so
+`m_i` is finite after the first block and exp(-inf - m_i) = 0 afterwards.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ def flash_attention(Q, K, V, O, *, BM=tn.tunable(16, 32, 64, 128),
         m_i = tn.full((m,), float("-inf"), tn.f32)
         l_i = tn.zeros((m,), tn.f32)
         acc = tn.zeros((m, d), tn.f32)
-        for step in nest.pipeline(tn.cdiv(SK, BN), window=2):
+        # Causal: key blocks after the query block's last row are never visited.
+        kv_blocks = tn.minimum(tn.cdiv(q0 + BM, BN), tn.cdiv(SK, BN)) if CAUSAL \
+            else tn.cdiv(SK, BN)
+        for step in nest.pipeline(kv_blocks, window=2):
             step.stage("load")
             k0 = step.index() * BN
             k = K.tile((b, h, k0, 0), (None, None, n, d)).load()
@@ -86,5 +93,8 @@ EXAMPLE = Example(
         Case({"B": 2, "H": 1, "SQ": 1, "SK": 130, "D": 8}),
         Case({"B": 1, "H": 1, "SQ": 50, "SK": 50, "D": 24}, {"CAUSAL": True, "BM": 8,
                                                               "BN": 32}),
+        # SK < SQ: the rows past SK see every key; the bound is cdiv(SK, BN) there.
+        Case({"B": 1, "H": 2, "SQ": 45, "SK": 29, "D": 16}, {"CAUSAL": True, "BM": 32,
+                                                              "BN": 8}),
     ),
 )
