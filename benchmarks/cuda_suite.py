@@ -550,6 +550,9 @@ BUILDERS: dict[str, Callable[[Spec, list[str]], Case]] = {
     "cross_entropy": cross_entropy_case, "embedding": embedding_case,
     "attention": attention_case, "gqa": gqa_case,
 }
+from benchmarks import cuda_dynamic  # noqa: E402 - the data-dependent families: jagged, moe
+
+cuda_dynamic.register(sys.modules[__name__])
 # Cases whose time is spread over 3 input sets (the memory-bound ones), else 2.
 _THREE_SETS = ("softmax", "layernorm", "rmsnorm", "gqa", "cross_entropy", "embedding")
 
