@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import tilenest as tn
-from tilenest.analysis.index_ranges import _BINARY, I64_MAX
+from tilenest.analysis.index_ranges import BINARY_RULES, I64_MAX
 
 THIS_FILE = os.path.abspath(__file__)
 _LINES = Path(THIS_FILE).read_text(encoding="utf-8").splitlines()
@@ -147,7 +147,7 @@ def test_axis_extent_past_i64_is_rejected():
 # ------------------------------------------------------------------ the interval rules
 
 
-@pytest.mark.parametrize("name", sorted(_BINARY))
+@pytest.mark.parametrize("name", sorted(BINARY_RULES))
 def test_interval_rules_bound_every_value(name):
     """Brute force over small boxes: every exact result lies in the computed interval."""
     ops = {"index.add": lambda a, b: a + b, "index.sub": lambda a, b: a - b,
@@ -155,7 +155,7 @@ def test_interval_rules_bound_every_value(name):
            "index.mod": lambda a, b: a % b, "index.min": min, "index.max": max}
     boxes = [(lo, hi) for lo, hi in itertools.combinations_with_replacement(range(-4, 5), 2)]
     for a, b in itertools.product(boxes, boxes):
-        lo, hi = _BINARY[name](a, b)
+        lo, hi = BINARY_RULES[name](a, b)
         exact = [ops[name](x, y) for x in range(a[0], a[1] + 1) for y in range(b[0], b[1] + 1)
                  if not (name in ("index.floordiv", "index.mod") and y == 0)]
         if exact:

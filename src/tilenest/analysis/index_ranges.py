@@ -4,8 +4,9 @@ Backends compute index expressions (coordinates, origins, offsets) in 64-bit int
 expression whose exact value leaves that range would wrap, possibly to an in-bounds address.
 Every Index value here is an expression of constants, region coordinates (whose extents are
 known at capture, or bounded by the range of their dynamic extent) and loaded integers
-(`tn.index(t)`, anywhere in its element type's range), so a bound of its range is known at capture too: interval arithmetic per op (floor semantics
-for `//` and `%`), region coordinates in [0, extent - 1], a loaded i32 in [-2**31, 2**31 - 1].
+(`tn.index(t)`, anywhere in its element type's range), so a bound of its range is known at
+capture too: interval arithmetic per op (floor semantics for `//` and `%`), region
+coordinates in [0, extent - 1], a loaded i32 in [-2**31, 2**31 - 1].
 What may not fit is rejected at the op's source line before anything runs.
 """
 
@@ -60,7 +61,7 @@ def _mod(a: Interval, b: Interval) -> Interval:
 
 
 # Keyed by op name: tests/unit/test_index_overflow.py checks each rule by its name.
-_BINARY: dict[str, Callable[[Interval, Interval], Interval]] = {
+BINARY_RULES: dict[str, Callable[[Interval, Interval], Interval]] = {
     "index.add": lambda a, b: (a[0] + b[0], a[1] + b[1]),
     "index.sub": lambda a, b: (a[0] - b[1], a[1] - b[0]),
     "index.mul": lambda a, b: _corners(lambda x, y: x * y, a, b),
@@ -92,7 +93,7 @@ def index_ranges(fn: Function) -> dict[Value, Interval]:
             elif isinstance(op, ops.IndexBinary):
                 a, b = ranges.get(op.lhs), ranges.get(op.rhs)
                 if a is not None and b is not None:
-                    ranges[op.result] = _BINARY[op.name](a, b)
+                    ranges[op.result] = BINARY_RULES[op.name](a, b)
             if isinstance(op, ops.RegionOp):
                 for arg, extent in zip(op.coords, op.extent_sources(), strict=True):
                     hi = extent if isinstance(extent, int) else ranges.get(extent, (0, None))[1]

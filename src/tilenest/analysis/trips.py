@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from math import prod
 
-from tilenest.analysis.index_ranges import _BINARY, Interval, dtype_range, index_ranges
+from tilenest.analysis.index_ranges import BINARY_RULES, Interval, dtype_range, index_ranges
 from tilenest.ir import ops
 from tilenest.ir.core import Function, Op, Region, Value
 from tilenest.ir.types import TensorType
@@ -192,7 +192,7 @@ def _assumed_ranges(fn: Function, cap: int) -> dict[Value, Interval]:
             elif isinstance(op, ops.IndexBinary):
                 a, b = ranges.get(op.lhs), ranges.get(op.rhs)
                 if a is not None and b is not None:
-                    ranges[op.result] = _BINARY[op.name](a, b)
+                    ranges[op.result] = BINARY_RULES[op.name](a, b)
             if isinstance(op, ops.RegionOp):
                 for arg, extent in zip(op.coords, op.extent_sources(), strict=True):
                     hi = extent if isinstance(extent, int) else ranges.get(extent, (0, cap))[1]
