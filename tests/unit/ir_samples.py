@@ -253,6 +253,29 @@ def data_dependent() -> Function:
     return f.build()
 
 
+def vector_gather() -> Function:
+    """Gathers and scatters along one axis of region views (take / put_along_axis), with
+    positions loaded as a tile; one view drops an axis."""
+    f = FnBuilder("vector_gather")
+    x = f.tensor("X", f32, (6, 10))
+    ids = f.tensor("I", i32, (6, 4))
+    y = f.tensor("Y", f32, (6, 12))
+    r, n, k = f.dim("r"), f.dim("n"), f.dim("k")
+    with f.nest("parallel", ((r, 3),), policy="block") as (_, (i,)):
+        zero = f.index(0)
+        row = f.val("index.mul", (i, f.index(2)), INDEX)
+        pos = f.val("load", (ids, row, zero), tile(i32, (n, 2), (k, 4)), shape=(2, 4), fill=0)
+        got = f.val("gather", (x, row, zero, pos), tile(f32, (n, 2), (k, 4)), shape=(2, 10),
+                    axis=1, fill=-1.0)
+        f.op("scatter", (y, row, f.index(1), pos, got), attrs={"shape": (2, 11), "axis": 1})
+        first = f.val("load", (ids, row, zero), tile(i32, (k, 4)), shape=(None, 4), fill=0)
+        picked = f.val("gather", (x, row, zero, first), tile(f32, (k, 4)), shape=(None, 10),
+                       axis=1, fill=0.0)
+        f.op("scatter", (y, row, zero, first, picked), attrs={"shape": (None, 12), "axis": 1})
+        f.yield_()
+    return f.build()
+
+
 SAMPLES: dict[str, Callable[[], Function]] = {
     "gemm": gemm,
     "elementwise": elementwise,
@@ -261,10 +284,12 @@ SAMPLES: dict[str, Callable[[], Function]] = {
     "locs": with_locs,
     "empty": empty,
     "data_dependent": data_dependent,
+    "vector_gather": vector_gather,
 }
 """Functions that verify; `attrs_zoo` is the exception (its attrs are not index.const's)."""
 
-VALID_SAMPLES = ("gemm", "elementwise", "folds", "locs", "empty", "data_dependent")
+VALID_SAMPLES = ("gemm", "elementwise", "folds", "locs", "empty", "data_dependent",
+                 "vector_gather")
 
 __all__ = ["FnBuilder", "SAMPLES", "VALID_SAMPLES", "bool_", "f16", "f32", "i32", "i64",
            "scalar", "tile"]

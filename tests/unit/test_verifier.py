@@ -239,6 +239,81 @@ def store_shape_mismatch() -> Function:
     return f.build()
 
 
+def _indexed(name: str, positions: Callable[[Dim, Dim, Dim], TileType],
+             other: Callable[[Dim, Dim, Dim, Value], TileType | Value] | None = None, *,
+             shape: tuple = (8, 16), axis: int = 1, origins: int = 2) -> Function:
+    """A gather (or scatter) on X (8, 16) at origin (0, 0): positions of the type
+    `positions(m, n, k)` (m: 8, n: 16 are X's tile dims, k a third dim); `other` gives the
+    gather's result type or the scattered value (a type: a `full` of it; or a value)."""
+    f, m, n, x, t = base()
+    k = f.dim("k")
+    zero = f.index(0)
+    pos = f.full(0, positions(m, n, k))
+    head = (f.params[0].value, *([zero] * origins), pos)
+    made = other(m, n, k, x) if other is not None else pos.type.with_dtype(f32)
+    if name == "gather":
+        assert isinstance(made, TileType)
+        f.val("gather", head, made, shape=shape, axis=axis, fill=0.0)
+    else:
+        value = f.full(0.0, made) if isinstance(made, TileType) else made
+        f.op("scatter", (*head, value), attrs={"shape": shape, "axis": axis})
+    return f.build()
+
+
+invalid_case("gather_float_positions", lambda: _indexed("gather", lambda m, n, k: tile(
+    f32, (m, 8), (k, 3))), "'gather'", "integer positions, got f32")
+invalid_case("gather_axis_dropped", lambda: _indexed("gather", lambda m, n, k: tile(
+    i32, (k, 3)), shape=(None, 16), axis=0), "'gather'", "'axis' naming a kept axis of 'shape'")
+invalid_case("gather_axis_out_of_range", lambda: _indexed("gather", lambda m, n, k: tile(
+    i32, (m, 8), (k, 3)), axis=2), "'gather'", "'axis' naming a kept axis")
+invalid_case("gather_positions_rank", lambda: _indexed("gather", lambda m, n, k: tile(
+    i32, (k, 3))), "'gather'", "positions of shape (8, n) (n along axis 1)", "tile<i32 [")
+invalid_case("gather_positions_other_extent", lambda: _indexed("gather", lambda m, n, k: tile(
+    i32, (m, 4), (k, 3))), "'gather'", "positions of shape (8, n) (n along axis 1)")
+invalid_case("gather_result_layout", lambda: _indexed(
+    "gather", lambda m, n, k: tile(i32, (m, 8), (k, 3)),
+    lambda m, n, k, x: tile(f32, (m, 8), (n, 3))),
+    "'gather'", "tile<f32> with the positions' dims", "tile<f32 [")
+invalid_case("gather_result_dtype", lambda: _indexed(
+    "gather", lambda m, n, k: tile(i32, (m, 8), (k, 3)),
+    lambda m, n, k, x: tile(i32, (m, 8), (k, 3))),
+    "'gather'", "tile<f32> with the positions' dims", "tile<i32 [")
+invalid_case("gather_missing_origin", lambda: _indexed("gather", lambda m, n, k: tile(
+    i32, (m, 8), (k, 3)), origins=1), "'gather'", "expected 4 operands, got 3")
+invalid_case("scatter_value_dtype", lambda: _indexed(
+    "scatter", lambda m, n, k: tile(i32, (m, 8), (k, 3)),
+    lambda m, n, k, x: tile(i32, (m, 8), (k, 3))),
+    "'scatter'", "a scattered tile of type f32, got i32")
+invalid_case("scatter_value_layout", lambda: _indexed(
+    "scatter", lambda m, n, k: tile(i32, (m, 8), (k, 3)), lambda m, n, k, x: x),
+    "'scatter'", "a scattered tile with the positions' dims")
+invalid_case("scatter_positions_other_extent", lambda: _indexed(
+    "scatter", lambda m, n, k: tile(i32, (k, 3), (n, 8)), axis=0),
+    "'scatter'", "positions of shape (n, 16) (n along axis 0)")
+invalid_case("scatter_missing_origin", lambda: _indexed("scatter", lambda m, n, k: tile(
+    i32, (m, 8), (k, 3)), origins=1), "'scatter'", "expected 5 operands, got 4")
+
+
+@invalid("'gather'", "a function param as operand 0")
+def gather_from_non_param() -> Function:
+    f, m, n, x, t = base()
+    zero = f.index(0)
+    pos = f.full(0, tile(i32, (m, 8), (n, 3)))
+    f.val("gather", (zero, zero, zero, pos), tile(f32, (m, 8), (n, 3)), shape=(8, 16), axis=1,
+          fill=0.0)
+    return f.build()
+
+
+@invalid("'gather'", "attribute 'fill'", "none")
+def gather_without_fill() -> Function:
+    f, m, n, x, t = base()
+    zero = f.index(0)
+    pos = f.full(0, tile(i32, (m, 8), (n, 3)))
+    f.val("gather", (f.params[0].value, zero, zero, pos), tile(f32, (m, 8), (n, 3)),
+          shape=(8, 16), axis=1)
+    return f.build()
+
+
 @invalid("'index.add'", "tensor param 'X' only as operand 0 of load/store")
 def param_used_as_value() -> Function:
     f, m, n, x, t = base()

@@ -31,9 +31,9 @@ class UseInfo:
         for op in fn.walk():
             for v in op.operands:
                 info.uses.setdefault(v, []).append(op)
-            if isinstance(op, ops.Store):
+            if isinstance(op, ops.WRITE_OPS):
                 info.stored_params.add(op.tensor)
-            elif isinstance(op, ops.Load):
+            elif isinstance(op, ops.READ_OPS):
                 info.loaded_params.add(op.tensor)
         return info
 

@@ -41,7 +41,10 @@ from tilenest.ir.opdef import (  # noqa: F401 - traits and kinds are re-exported
 )
 from tilenest.ir.ops_structure import (  # noqa: F401 - the memory and region ops
     EXEC_POLICIES,
+    READ_OPS,
     REDUCE_ORDERS,
+    WRITE_OPS,
+    Gather,
     Load,
     Map,
     Memory,
@@ -49,6 +52,7 @@ from tilenest.ir.ops_structure import (  # noqa: F401 - the memory and region op
     Pipeline,
     Reduce,
     RegionOp,
+    Scatter,
     Serial,
     Stage,
     Store,

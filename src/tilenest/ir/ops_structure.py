@@ -1,4 +1,5 @@
-"""The TileIR catalog's memory and region ops: load, store, the region ops, map, stage, yield.
+"""The TileIR catalog's memory and region ops: load, store, gather, scatter, the region ops,
+map, stage, yield.
 
 Declared like the value ops in `tilenest.ir.ops` (which re-exports them); see
 `tilenest.ir.opdef` for the declarations.
@@ -13,6 +14,7 @@ from tilenest.ir.opdef import (
     EFFECT,
     EXTENTS,
     INDEX,
+    INT,
     POSITIVE_INT,
     PURE,
     REGION,
@@ -39,8 +41,8 @@ from tilenest.ir.types import Dim, TensorType, TileType
 
 
 class Memory(Defined):
-    """A load or store: a tensor param, one origin index per tensor axis, a region 'shape'
-    (one extent per axis; none drops the axis from the tile)."""
+    """A load, store, gather or scatter: a tensor param, one origin index per tensor axis, a
+    region 'shape' (one extent per axis; none drops the axis from the tile or view)."""
 
     __slots__ = ()
     TRAITS = frozenset({EFFECT})
@@ -98,6 +100,91 @@ class Store(Memory):
             raise VerifyError(self, f"a stored tile of shape {kept}", str(t))
         if t.dtype != tensor.dtype:
             raise VerifyError(self, f"a stored tile of type {tensor.dtype}", str(t.dtype))
+
+
+class _AlongAxis(Memory):
+    """A gather or scatter: element p of the `positions` tile addresses the region view at p
+    with its coordinate along tensor axis `axis` replaced by positions[p] (numpy's
+    take_along_axis / put_along_axis on the view). The view is the region at the origin
+    `indices` of extents `shape`; `positions` has one axis per kept axis of the view, in
+    order, and along every other kept axis the view's extent. A position outside
+    [0, shape[axis]) or a coordinate outside the tensor is out of range: a gather reads
+    'fill' there, a scatter writes nothing (never clamped). Positions are integers of any
+    width and signedness, compared exactly (a u64 beyond the i64 range is out of range)."""
+
+    __slots__ = ()
+    axis = Attr(INT, doc="the tensor axis the positions index (a kept axis of 'shape')")
+
+    def _check_positions(self, positions: Value) -> None:
+        tensor, kept = self.tensor.type, self._kept_extents()
+        axis = self.axis
+        if not 0 <= axis < tensor.rank or self.shape[axis] is None:
+            raise VerifyError(self, "'axis' naming a kept axis of 'shape'",
+                              f"{axis} with shape {self.shape!r}")
+        p = positions.type
+        if p.dtype.kind not in ("int", "uint"):
+            raise VerifyError(self, "integer positions", str(p.dtype))
+        along = self.view_axis
+        want = tuple("n" if j == along else str(e) for j, e in enumerate(kept))
+        if p.rank != len(kept) or any(e != p.shape[j] for j, e in enumerate(kept)
+                                      if j != along):
+            raise VerifyError(self, f"positions of shape ({', '.join(want)}) (n along "
+                              f"axis {axis})", str(p))
+
+    @property
+    def view_axis(self) -> int:
+        """The position of `axis` among the view's kept axes (the positions' axis)."""
+        return sum(1 for e in self.shape[:self.axis] if e is not None)
+
+
+class Gather(_AlongAxis):
+    __slots__ = ()
+    NAME = "gather"
+    SUMMARY = ("elements of a region view at per-element positions along one axis; out of "
+               "range reads 'fill'")
+    RESULTS = (TILE,)
+    indices = Operand(INDEX, variadic=True, doc="the view's origin, one per tensor axis")
+    positions = Operand(TILE, doc="integer positions along 'axis', relative to the origin")
+    fill = Attr(SCALAR, doc="the value of out-of-range elements")
+
+    def verify_op(self) -> None:
+        tensor = self.tensor.type
+        if len(self.operands) != 2 + tensor.rank:
+            raise VerifyError(self, f"{2 + tensor.rank} operands", str(len(self.operands)))
+        self._check_positions(self.positions)
+        p, r = self.positions.type, self.result.type
+        if not r.same_layout(p) or r.dtype != tensor.dtype:
+            raise VerifyError(self, f"tile<{tensor.dtype}> with the positions' dims", str(r))
+
+
+class Scatter(_AlongAxis):
+    __slots__ = ()
+    NAME = "scatter"
+    SUMMARY = ("write a tile into a region view at per-element positions along one axis, in "
+               "row-major element order (the last of colliding elements wins); out of range "
+               "writes nothing")
+    RESULTS = ()
+    indices = Operand(INDEX, variadic=True, doc="the view's origin, one per tensor axis")
+    positions = Operand(TILE, doc="integer positions along 'axis', relative to the origin")
+    value = Operand(TILE, doc="the elements to write, with the positions' dims")
+
+    def verify_op(self) -> None:
+        tensor = self.tensor.type
+        if len(self.operands) != 3 + tensor.rank:
+            raise VerifyError(self, f"{3 + tensor.rank} operands", str(len(self.operands)))
+        self._check_positions(self.positions)
+        p, t = self.positions.type, self.value.type
+        if not t.same_layout(p):
+            raise VerifyError(self, "a scattered tile with the positions' dims",
+                              f"{t} vs {p}")
+        if t.dtype != tensor.dtype:
+            raise VerifyError(self, f"a scattered tile of type {tensor.dtype}", str(t.dtype))
+
+
+READ_OPS: tuple[type[Memory], ...] = (Load, Gather)
+"""The memory ops that read their tensor (a load's region, a gather's view)."""
+WRITE_OPS: tuple[type[Memory], ...] = (Store, Scatter)
+"""The memory ops that write their tensor (a store's region, a scatter's view)."""
 
 
 # ---------------------------------------------------------------------------- regions

@@ -1,17 +1,27 @@
-"""Tensor views (kernel arguments) and the regions `X.tile(origin, shape)` they name."""
+"""Tensor views (kernel arguments) and the regions `X.tile(origin, shape)` they name: loads,
+stores, and gathers and scatters along one axis of a view."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tilenest.errors import DTypeError, ShapeError
+from tilenest.errors import CaptureError, DTypeError, ShapeError
 from tilenest.ir.core import Value
 from tilenest.ir.dtypes import DType
 from tilenest.ir.types import Dim, TensorType, TileType
 from tilenest.lang.context import emit
 from tilenest.lang.dims import Axis
 from tilenest.lang.layout import Layout, align_to_region, describe
-from tilenest.lang.values import Index, Tile, as_index, broadcast_to, cast, is_scalar, unify
+from tilenest.lang.values import (
+    Index,
+    Tile,
+    _describe,
+    as_index,
+    broadcast_to,
+    cast,
+    is_scalar,
+    unify,
+)
 
 
 class _Sizes(tuple):
@@ -98,6 +108,15 @@ class TensorView:
         A `None` entry drops its axis (extent 1); `()` drops them all (one element)."""
         return ViewRegion(self, origin, shape, fill)
 
+    def gather(self, idx: Any, *, axis: Any, fill: bool | int | float = 0) -> Tile:
+        """`X.gather(idx, axis=a)`: the whole tensor as a view (see `ViewRegion.gather`)."""
+        return self.tile((0,) * self.ndim, self.shape, fill).gather(idx, axis=axis)
+
+    def scatter(self, idx: Any, value: Any, *, axis: Any) -> None:
+        """`Y.scatter(idx, t, axis=a)`: the whole tensor as a view (see
+        `ViewRegion.scatter`)."""
+        self.tile((0,) * self.ndim, self.shape).scatter(idx, value, axis=axis)
+
     def __getitem__(self, key: Any) -> Tile:
         origin, shape = _split_key(self, key)
         return self.tile(origin, shape).load()
@@ -170,33 +189,43 @@ class ViewRegion:
     def _operands(self) -> tuple[Value, ...]:
         return (self.view.value, *(o.value for o in self.origin))
 
-    def load(self) -> Tile:
-        """A snapshot of the region; later stores never change it."""
+    def _fill(self, fill: Any) -> bool | int | float:
+        """`fill` as a value of the view's dtype."""
+        if not is_scalar(fill):
+            raise DTypeError(f"fill must be a Python scalar, got {fill!r}")
         dtype = self.view.dtype
-        fill = self.fill
         if dtype.is_bool:
-            fill = bool(fill)
-        elif dtype.is_int:
+            return bool(fill)
+        if dtype.is_int:
             if isinstance(fill, float) and fill != int(fill):
                 raise DTypeError(f"fill {fill!r} does not fit {dtype}")
-            fill = int(fill)
-        else:
-            fill = float(fill)
-        lay = self.layout
-        attrs = self._attrs() | {"fill": fill}
-        rt = TileType(dtype, lay.dims, lay.shape)
-        return Tile(emit("load", self._operands(), (rt,), attrs).result)
+            return int(fill)
+        return float(fill)
 
-    def store(self, value: Any) -> None:
-        """Write `value` (a Tile or scalar, broadcast by dim identity) into the region."""
+    def _stored(self, value: Any, what: str) -> Tile:
+        """`value` (a Tile or scalar) in the view's dtype: integer and bool tiles convert,
+        a float tile into an integer tensor must be converted explicitly."""
         dtype = self.view.dtype
         tile = value if isinstance(value, Tile) else unify(value)[0]
         if tile.dtype != dtype:
             if tile.dtype.is_float and not dtype.is_float:
                 raise DTypeError(
-                    f"storing a {tile.dtype} tile into {self.view.name} ({dtype}) would truncate;"
+                    f"{what} a {tile.dtype} tile into {self.view.name} ({dtype}) would truncate;"
                     f" convert explicitly with .astype(tn.{dtype})")
             tile = cast(tile, dtype)
+        return tile
+
+    def load(self) -> Tile:
+        """A snapshot of the region; later stores never change it."""
+        fill = self._fill(self.fill)
+        lay = self.layout
+        attrs = self._attrs() | {"fill": fill}
+        rt = TileType(self.view.dtype, lay.dims, lay.shape)
+        return Tile(emit("load", self._operands(), (rt,), attrs).result)
+
+    def store(self, value: Any) -> None:
+        """Write `value` (a Tile or scalar, broadcast by dim identity) into the region."""
+        tile = self._stored(value, "storing")
         lay = self.layout
         src = align_to_region(tile.type, lay, f"store into {self.view.name}")
         tile = broadcast_to(tile, lay, src)
@@ -204,3 +233,97 @@ class ViewRegion:
             raise ShapeError(f"store into {self.view.name}: tile {describe(tile.type)} does not "
                              f"match region {describe(lay)}")
         emit("store", (*self._operands(), tile.value), (), self._attrs())
+
+    # ------------------------------------------------------------------ along one axis
+
+    def gather(self, idx: Any, *, axis: Any, fill: Any = None) -> Tile:
+        """The elements of this view at `idx` along `axis` (numpy's take_along_axis): a Tile
+        with the dims of `idx`, whose element p is the view's element at p with its
+        coordinate along `axis` replaced by idx[p] (positions relative to the view's origin).
+
+        `idx` is an integer Tile of the view's rank; along every other axis it has the
+        view's extent (or extent 1, broadcast). `axis` is a dim of the view (a tn.axis) or
+        a position among its axes. A position outside [0, extent of `axis`) or a coordinate
+        outside the tensor reads `fill` (the region's fill unless given), never a clamped
+        element. A gather is a load: a snapshot at its definition (DESIGN §4.2)."""
+        what = f"{self.view.name}.gather"
+        tensor_axis, positions = self._positions(idx, axis, what)
+        value = self._fill(self.fill if fill is None else fill)
+        rt = TileType(self.view.dtype, positions.dims, positions.shape)
+        attrs = self._attrs() | {"axis": tensor_axis, "fill": value}
+        return Tile(emit("gather", (*self._operands(), positions.value), (rt,), attrs).result)
+
+    def scatter(self, idx: Any, value: Any, *, axis: Any) -> None:
+        """Write `value` into this view at `idx` along `axis` (numpy's put_along_axis): for
+        every element p of `idx`, in row-major order, the view's element at p with its
+        coordinate along `axis` replaced by idx[p] becomes value[p]; `value` (a Tile or
+        scalar) broadcasts to the dims of `idx` by identity. Positions as for `gather`; an
+        out-of-range element is not written (never clamped). Colliding positions of one
+        scatter store in row-major element order, so the last one wins on every backend;
+        the same element written by two `parallel` instances is a race (DESIGN §4.1, 4.3)."""
+        what = f"{self.view.name}.scatter"
+        tensor_axis, positions = self._positions(idx, axis, what)
+        tile = self._stored(value, "scattering")
+        lay = Layout(positions.dims, positions.shape)
+        tile = broadcast_to(tile, lay, align_to_region(tile.type, lay, what))
+        attrs = self._attrs() | {"axis": tensor_axis}
+        emit("scatter", (*self._operands(), positions.value, tile.value), (), attrs)
+
+    def _view_axis(self, axis: Any, what: str) -> int:
+        """The position among the view's axes that `axis` names."""
+        lay = self.layout
+        rank = len(lay.dims)
+        if isinstance(axis, Axis):
+            axis = axis.dim
+        if isinstance(axis, Dim):
+            for j, d in enumerate(lay.dims):
+                if d is axis:
+                    return j
+            names = ", ".join(d.describe() for d in lay.dims)
+            raise ShapeError(f"{what}: the view {describe(lay)} has no dim {axis.describe()} "
+                             f"(its dims: {names})")
+        if isinstance(axis, int) and not isinstance(axis, bool):
+            if not -rank <= axis < rank:
+                raise ShapeError(f"{what}: axis {axis} is out of range for the rank-{rank} "
+                                 f"view {describe(lay)}")
+            return axis % rank
+        raise CaptureError(f"{what}: axis must be a dim of the view (a tn.axis) or an int, "
+                           f"got {axis!r}")
+
+    def _positions(self, idx: Any, axis: Any, what: str) -> tuple[int, Tile]:
+        """(the tensor axis of `axis`, `idx` broadcast to the view's other extents)."""
+        lay = self.layout
+        if not lay.dims:
+            raise ShapeError(f"{what}: the view has no axis to index (every axis of the region "
+                             f"is dropped)")
+        if not isinstance(idx, Tile):
+            raise CaptureError(f"{what} needs a Tile of integer positions, got "
+                               f"{_describe(idx)}")
+        if not idx.dtype.is_int:
+            raise DTypeError(f"{what} needs integer positions, got a {idx.dtype} tile")
+        along = self._view_axis(axis, what)
+        if idx.ndim != len(lay.dims):
+            raise ShapeError(f"{what}: the positions {describe(idx.type)} need the view's rank "
+                             f"{len(lay.dims)} (the view is {describe(lay)})")
+        dims, shape = list(idx.dims), list(idx.shape)
+        for j, (dv, ev) in enumerate(zip(lay.dims, lay.shape, strict=True)):
+            if j == along:
+                continue
+            di, ei = idx.dims[j], idx.shape[j]
+            if di is not dv and not (di.anonymous or dv.anonymous):
+                raise ShapeError(f"{what}: axis {j} of the positions {describe(idx.type)} is "
+                                 f"dim {di.describe()}, the view's is {dv.describe()} (the view "
+                                 f"is {describe(lay)}); dims match by identity")
+            if ei != ev:
+                if ei != 1:
+                    raise ShapeError(f"{what}: the positions {describe(idx.type)} have extent "
+                                     f"{ei} along axis {j}, the view {describe(lay)} has {ev} "
+                                     f"(only the gathered axis may differ)")
+                dims[j], shape[j] = dv, ev
+        if len({id(d) for d in dims}) != len(dims):
+            raise ShapeError(f"{what}: broadcasting the positions {describe(idx.type)} to the "
+                             f"view {describe(lay)} names one dim twice")
+        target = Layout(tuple(dims), tuple(shape))
+        positions = broadcast_to(idx, target, tuple(range(idx.ndim)))
+        kept = [i for i, e in enumerate(self.entries) if e is not None]
+        return kept[along], positions

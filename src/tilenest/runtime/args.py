@@ -89,10 +89,10 @@ def plain_tensor(x: Any, name: str) -> tuple[Any, bool]:
 
 
 def written_params(fn: Any) -> frozenset[str]:
-    """The tensor parameters that `fn` stores into."""
+    """The tensor parameters that `fn` stores (or scatters) into."""
     names = {p.value: p.name for p in fn.params}
     return frozenset(names[op.tensor] for op in fn.walk()
-                     if isinstance(op, ops.Store) and op.tensor in names)
+                     if isinstance(op, ops.WRITE_OPS) and op.tensor in names)
 
 
 def check_copies(fn: Any, copies: dict[str, Any], tensors: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ def _load_rule_modules() -> None:
     # Importing registers the rules (kept here so `rules` alone is the table's owner).
     from tilenest.backends.cuda import (  # noqa: F401
         rules_elementwise,
+        rules_gather,
         rules_index,
         rules_memory,
         rules_mma,

@@ -12,7 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from tilenest.backends.reference import rules_elementwise, rules_memory, rules_regions, rules_tile
+from tilenest.backends.reference import (
+    rules_elementwise,
+    rules_gather,
+    rules_memory,
+    rules_regions,
+    rules_tile,
+)
 from tilenest.backends.reference.memory import TensorArg, bind_arguments
 from tilenest.backends.reference.numerics import PRECISIONS, Numerics
 from tilenest.backends.reference.races import RaceTracker
@@ -24,7 +30,7 @@ from tilenest.ir.core import Function, Op, Region, Value
 ORDERS = ("forward", "reverse", "shuffle")
 
 # The rule modules register themselves on import; keep the names referenced.
-_RULE_MODULES = (rules_elementwise, rules_memory, rules_regions, rules_tile)
+_RULE_MODULES = (rules_elementwise, rules_gather, rules_memory, rules_regions, rules_tile)
 
 Override = Callable[[list[Any]], Sequence[Any]]
 

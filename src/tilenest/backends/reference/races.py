@@ -6,7 +6,9 @@ of arguments whose memory overlaps, so aliasing views of one buffer share a shad
 child that wrote a unit, and up to two distinct children that read it. Two readers suffice:
 a later writer conflicts with at least one of any two distinct readers unless it is both.
 A scope's records are cleared when its parallel op finishes, so sequentially composed
-sibling phases never race with each other.
+sibling phases never race with each other. Loads and stores record the in-bounds box of
+their region; gathers and scatters only the elements they read or write (the in-range
+positions), not their whole view.
 """
 
 from __future__ import annotations
@@ -116,10 +118,21 @@ class RaceTracker:
     # -------------------------------------------------------------- accesses
 
     def on_load(self, op: Op, arg: TensorArg, box: Box) -> None:
-        self._access(op, arg, box, write=False)
+        if self.scopes:
+            self._access(op, arg, *element_addresses(arg, box), write=False)
 
     def on_store(self, op: Op, arg: TensorArg, box: Box) -> None:
-        self._access(op, arg, box, write=True)
+        if self.scopes:
+            self._access(op, arg, *element_addresses(arg, box), write=True)
+
+    def on_elements(self, op: Op, arg: TensorArg, coords: np.ndarray, *, write: bool) -> None:
+        """Accesses of single elements, one row of tensor coordinates each (the in-range
+        elements a gather reads or a scatter writes; repeats are one instance's own)."""
+        if not self.scopes or not len(coords):
+            return
+        strides = np.asarray(arg.array.strides, dtype=np.int64)
+        addresses = arg.base_address + coords.astype(np.int64) @ strides
+        self._access(op, arg, addresses.astype(np.int64), coords, write=write)
 
     def _shadow(self, depth: int, group: _Group) -> _Shadow:
         key = (depth, id(group))
@@ -127,11 +140,9 @@ class RaceTracker:
             self.shadows[key] = _Shadow.empty((group.hi - group.lo) // group.unit)
         return self.shadows[key]
 
-    def _access(self, op: Op, arg: TensorArg, box: Box, *, write: bool) -> None:
-        if not self.scopes:
-            return
+    def _access(self, op: Op, arg: TensorArg, addresses: np.ndarray, coords: np.ndarray, *,
+                write: bool) -> None:
         group = self.groups[arg.name]
-        addresses, coords = element_addresses(arg, box)
         per_element = arg.array.itemsize // group.unit
         units = ((addresses - group.lo) // group.unit)[:, None] + np.arange(per_element)
         element_of_unit = np.repeat(np.arange(len(addresses)), per_element)
