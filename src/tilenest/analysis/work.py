@@ -232,7 +232,14 @@ def _whole_rows(region: tuple[int, ...], tensor: TensorType) -> bool:
 
 def _walk(body: list[Op], rep: float, c: _Counter, slopes: _Slopes, inner_axis: int) -> None:
     for op in body:
-        if isinstance(op, ops.Memory):
+        if isinstance(op, (ops.Gather, ops.Scatter)):
+            # One indexed element per position: gathered-lane traffic (no address slope).
+            p = op.positions.type
+            c.access(p.shape, None, None, rep, op.tensor_type.dtype.itemsize)
+            if isinstance(op, ops.Gather):
+                c.snap += c.vec(p.shape) * rep
+                c.tile_bytes += p.size * op.tensor_type.dtype.itemsize
+        elif isinstance(op, ops.Memory):
             tensor = op.tensor_type
             assert isinstance(tensor, TensorType)
             t = op.result.type if isinstance(op, ops.Load) else op.value.type
