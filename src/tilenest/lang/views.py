@@ -242,10 +242,10 @@ class ViewRegion:
         coordinate along `axis` replaced by idx[p] (positions relative to the view's origin).
 
         `idx` is an integer Tile of the view's rank; along every other axis it has the
-        view's extent (or extent 1, broadcast). `axis` is a dim of the view (a tn.axis) or
-        a position among its axes. A position outside [0, extent of `axis`) or a coordinate
-        outside the tensor reads `fill` (the region's fill unless given), never a clamped
-        element. A gather is a load: a snapshot at its definition (DESIGN §4.2)."""
+        view's extent (or extent 1, broadcast). `axis` is a dim (a tn.axis) of the view or of
+        `idx`, or a position among the view's axes. A position outside [0, extent of `axis`)
+        or a coordinate outside the tensor reads `fill` (the region's fill unless given), never
+        a clamped element. A gather is a load: a snapshot at its definition (DESIGN §4.2)."""
         what = f"{self.view.name}.gather"
         tensor_axis, positions = self._positions(idx, axis, what)
         value = self._fill(self.fill if fill is None else fill)
@@ -269,26 +269,33 @@ class ViewRegion:
         attrs = self._attrs() | {"axis": tensor_axis}
         emit("scatter", (*self._operands(), positions.value, tile.value), (), attrs)
 
-    def _view_axis(self, axis: Any, what: str) -> int:
-        """The position among the view's axes that `axis` names."""
+    def _view_axis(self, axis: Any, idx: Tile, what: str) -> int:
+        """The position among the view's axes that `axis` names: a dim of the view, or else
+        a dim of the positions `idx` (both have the view's rank), or an int position."""
         lay = self.layout
         rank = len(lay.dims)
         if isinstance(axis, Axis):
             axis = axis.dim
         if isinstance(axis, Dim):
-            for j, d in enumerate(lay.dims):
-                if d is axis:
-                    return j
+            in_view = [j for j, d in enumerate(lay.dims) if d is axis]
+            in_idx = [j for j, d in enumerate(idx.dims) if d is axis]
+            if in_view and in_idx and in_view != in_idx:
+                raise ShapeError(f"{what}: dim {axis.describe()} is axis {in_view[0]} of the "
+                                 f"view {describe(lay)} but axis {in_idx[0]} of the positions "
+                                 f"{describe(idx.type)}; name the axis by its position")
+            if in_view or in_idx:
+                return (in_view or in_idx)[0]
             names = ", ".join(d.describe() for d in lay.dims)
-            raise ShapeError(f"{what}: the view {describe(lay)} has no dim {axis.describe()} "
-                             f"(its dims: {names})")
+            raise ShapeError(f"{what}: neither the view {describe(lay)} nor the positions "
+                             f"{describe(idx.type)} have dim {axis.describe()} (the view's "
+                             f"dims: {names})")
         if isinstance(axis, int) and not isinstance(axis, bool):
             if not -rank <= axis < rank:
                 raise ShapeError(f"{what}: axis {axis} is out of range for the rank-{rank} "
                                  f"view {describe(lay)}")
             return axis % rank
-        raise CaptureError(f"{what}: axis must be a dim of the view (a tn.axis) or an int, "
-                           f"got {axis!r}")
+        raise CaptureError(f"{what}: axis must be a dim (a tn.axis) of the view or of the "
+                           f"positions, or an int, got {axis!r}")
 
     def _positions(self, idx: Any, axis: Any, what: str) -> tuple[int, Tile]:
         """(the tensor axis of `axis`, `idx` broadcast to the view's other extents)."""
@@ -301,10 +308,10 @@ class ViewRegion:
                                f"{_describe(idx)}")
         if not idx.dtype.is_int:
             raise DTypeError(f"{what} needs integer positions, got a {idx.dtype} tile")
-        along = self._view_axis(axis, what)
         if idx.ndim != len(lay.dims):
             raise ShapeError(f"{what}: the positions {describe(idx.type)} need the view's rank "
                              f"{len(lay.dims)} (the view is {describe(lay)})")
+        along = self._view_axis(axis, idx, what)
         dims, shape = list(idx.dims), list(idx.shape)
         for j, (dv, ev) in enumerate(zip(lay.dims, lay.shape, strict=True)):
             if j == along:
