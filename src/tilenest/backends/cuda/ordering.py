@@ -17,8 +17,12 @@ Overlap is decided conservatively on index space: a pair is disjoint only when, 
 axis, the origins' affine forms (index.const/add/sub/mul by a constant over atoms: loop
 indices, program coordinates, other index values) prove the extents apart, by a constant
 difference within one iteration, by a loop index step across iterations, or by interval
-bounds. Two tensors may alias unless the build proved the arguments disjoint, and a
-tensor whose layout maps two indices to one address is never proved disjoint.
+bounds. The index k of a loop with a dynamic extent E (DESIGN §3a) has no interval; it is
+bounded by 0 <= k <= E - 1 instead, with E's affine form substituted (row blocks below
+`whole` and a tail from `whole`, as a jagged kernel writes them, are apart), and its step
+argument ranges over every distance. Two tensors may alias unless the build proved the
+arguments disjoint, and a tensor whose layout maps two indices to one address is never
+proved disjoint.
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ class Access:
 def _access(op: ops.Memory) -> Access:
     axes = tuple((affine(o), 1 if e is None else e)
                  for o, e in zip(op.indices, op.shape, strict=True))
-    return Access(op, op.tensor, isinstance(op, ops.Store), axes)
+    return Access(op, op.tensor, isinstance(op, ops.WRITE_OPS), axes)
 
 
 def injective(t: TensorType) -> bool:
@@ -88,14 +92,19 @@ class _Analysis:
     def __init__(self, assume_no_alias: bool) -> None:
         self.assume_no_alias = assume_no_alias
         self.bounds: dict[Value, tuple[int, int]] = {}
+        # The coordinate of a dynamic axis with the affine form of its bound E (0 <= k < E).
+        self.below: dict[Value, Affine] = {}
         self.inside: dict[Op, set[Value]] = {}
         self.marks: set[Op] = set()
 
     # ------------------------------------------------------------------ facts
     def loop(self, op: Op) -> None:
-        domain = op.domain if isinstance(op, ops.RegionOp) else ()
-        for arg, (_, extent) in zip(op.body.args, domain, strict=False):
-            self.bounds[arg] = (0, max(0, extent - 1))
+        sources = op.extent_sources() if isinstance(op, ops.RegionOp) else ()
+        for arg, extent in zip(op.body.args, sources, strict=False):
+            if isinstance(extent, int):
+                self.bounds[arg] = (0, max(0, extent - 1))
+            else:
+                self.below[arg] = affine(extent)
         defined = set(op.body.args)
         for inner in op.body.walk():
             defined.update(inner.results)
@@ -130,8 +139,46 @@ class _Analysis:
             if len(moving) == 1 and self._step_apart(p, moving[0], fp, fa, d, ep, ea):
                 return True
         ip, ia = self.interval(fp), self.interval(fa)
-        return ip is not None and ia is not None and \
-            (ip[1] + ep <= ia[0] or ia[1] + ea <= ip[0])
+        if ip is not None and ia is not None:
+            return ip[1] + ep <= ia[0] or ia[1] + ea <= ip[0]
+        if not any(x in self.below for x in atoms):
+            return False
+        # A dynamic loop's coordinate against its bound: p - a >= ea or a - p >= ep.
+        diff = _difference(fp, fa, varying)
+        after = self._least(diff, varying)
+        if after is not None and after >= ea:
+            return True
+        before = self._least(({x: -c for x, c in diff[0].items()}, -diff[1]), varying)
+        return before is not None and before >= ep
+
+    def _least(self, form: tuple[dict[tuple[Value, str], int], int], varying: set[Value]
+               ) -> int | None:
+        """A lower bound of an affine form over (atom, side) pairs, or None: static
+        coordinates by their intervals, a dynamic loop's coordinate k by 0 <= k <= E - 1
+        (E its bound's affine form, substituted while E reads nothing that varies across
+        the crossed iterations)."""
+        coeffs, lo = dict(form[0]), form[1]
+        for _ in range(8):  # substitutions may bring in the atoms of a bound
+            for key, c in list(coeffs.items()):
+                atom = key[0]
+                if c == 0:
+                    del coeffs[key]
+                    continue
+                b = self.bounds.get(atom)
+                if b is not None:
+                    lo += min(c * b[0], c * b[1])
+                    del coeffs[key]
+                elif atom in self.below and c > 0:
+                    del coeffs[key]  # k >= 0
+                elif atom in self.below and not set(self.below[atom][0]) & varying:
+                    bound, k = self.below[atom]
+                    del coeffs[key]
+                    lo += c * (k - 1)  # c < 0: c·k >= c·(E - 1)
+                    for x, cx in bound.items():
+                        coeffs[(x, "")] = coeffs.get((x, ""), 0) + c * cx
+            if not any(coeffs.values()):
+                return lo
+        return None
 
     def _step_apart(self, p: Access, atom: Value, fp: Affine, fa: Affine, d: int, ep: int,
                     ea: int) -> bool:
@@ -147,7 +194,8 @@ class _Analysis:
             c = -c
         lo = (-ep - d) // c + 1              # smallest δ with c·δ > -ep - d
         hi = -((d - ea) // c) - 1            # largest δ with c·δ < ea - d
-        lo, hi = max(lo, -(extent - 1)), min(hi, extent - 1)
+        if extent is not None:  # a dynamic extent leaves δ unbounded
+            lo, hi = max(lo, -(extent - 1)), min(hi, extent - 1)
         return lo > hi or (lo == hi == 0)
 
     def conflict(self, p: Access, a: Access) -> bool:
@@ -178,9 +226,9 @@ class _Analysis:
     def region(self, op: Op, pending: list[Access]) -> list[Access]:
         self.loop(op)
         domain = op.domain if isinstance(op, ops.RegionOp) else None
-        trips = 1
+        trips: int | None = 1  # None: dynamic, any count (the fixpoint covers every one)
         for _, e in domain or ():
-            trips *= e
+            trips = None if trips is None or e is None else trips * e
         if trips == 0:
             return pending
         start = pending
@@ -193,6 +241,18 @@ class _Analysis:
             if len(self.marks) == marks and {x.key for x in again} == {x.key for x in start}:
                 return [_cross(x, op) for x in out]
             start = again
+
+
+def _difference(fp: Affine, fa: Affine, varying: set[Value]
+                ) -> tuple[dict[tuple[Value, str], int], int]:
+    """fp - fa over (atom, side): an atom that varies across the crossed iterations stands
+    for different values in p and in a, so each side keeps its own; the others cancel."""
+    out: dict[tuple[Value, str], int] = {}
+    for form, sign, side in ((fp, 1, "p"), (fa, -1, "a")):
+        for x, c in form[0].items():
+            key = (x, side if x in varying else "")
+            out[key] = out.get(key, 0) + sign * c
+    return out, fp[1] - fa[1]
 
 
 def _cross(a: Access, loop: Op) -> Access:

@@ -1,11 +1,17 @@
 """Static resource demand of a function under a CudaPlan: block padding, pipelined shared
-memory, and the work features (bytes, dot flops, programs) the cost estimate prices."""
+memory, and the work features (bytes, dot flops, programs) the cost estimate prices.
+
+A loop with a dynamic extent (DESIGN §3a) repeats its body its expected trips
+(`analysis.trips`: computed from the enclosing coordinates, or assumed from the argument
+shapes where it reads loaded values); a static one its exact trips."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tilenest.analysis.trips import Trips, is_dynamic, trip_counts
 from tilenest.ir import ops
 from tilenest.ir.core import Function, Op, Region
 from tilenest.ir.ops import mma_roles
@@ -58,7 +64,7 @@ def _elements(shape: tuple[int, ...]) -> int:
 
 
 def loop_has_store(op: Op) -> bool:
-    return any(isinstance(inner, ops.Store) for inner in op.body.walk())
+    return any(isinstance(inner, ops.WRITE_OPS) for inner in op.body.walk())
 
 
 def pipelined_smem_bytes(fn: Function, plan: object) -> int:
@@ -101,18 +107,33 @@ class Work:
     shared_bytes: float = 0.0  # bytes of loads every program reads at the same addresses
 
 
-def _trips(op: ops.RegionOp) -> int:
+TripMap = Mapping[ops.RegionOp, Trips]
+
+
+def region_trip_map(fn: Function) -> TripMap:
+    """The trips of `fn`'s dynamic regions (empty when every domain is static: static trips
+    are the extents' product, no analysis needed)."""
+    return trip_counts(fn) if is_dynamic(fn) else {}
+
+
+def _trips(op: ops.RegionOp, counts: TripMap) -> float:
+    """Iterations of `op` per instance of its parent: exact when static, expected when
+    dynamic (`counts` must hold every dynamic region: `region_trip_map`)."""
+    if op.is_dynamic:
+        return counts[op].expected
     n = 1
     for e in op.extents:
-        n *= e
+        n *= e  # type: ignore[operator]
     return n
 
 
-def _count(region: Region, mult: float, work: Work, layout: BlockLayout) -> None:
-    _count_ops(region.ops, mult, work, layout)
+def _count(region: Region, mult: float, work: Work, layout: BlockLayout,
+           counts: TripMap) -> None:
+    _count_ops(region.ops, mult, work, layout, counts)
 
 
-def _count_ops(body: list[Op], mult: float, work: Work, layout: BlockLayout) -> None:
+def _count_ops(body: list[Op], mult: float, work: Work, layout: BlockLayout,
+               counts: TripMap) -> None:
     for op in body:
         for r in op.results:
             if isinstance(r.type, TileType):
@@ -120,8 +141,10 @@ def _count_ops(body: list[Op], mult: float, work: Work, layout: BlockLayout) -> 
                                              _elements(layout.shape(r.type)))
         if isinstance(op, ops.Memory):
             tensor = op.tensor_type
-            kept = [e for e in op.shape if e is not None]
-            work.bytes_moved += mult * _elements(tuple(kept)) * tensor.dtype.itemsize
+            # A gather or scatter moves one element per position, not its whole view.
+            moved = op.positions.type.shape if isinstance(op, (ops.Gather, ops.Scatter)) \
+                else tuple(e for e in op.shape if e is not None)
+            work.bytes_moved += mult * _elements(moved) * tensor.dtype.itemsize
         elif isinstance(op, ops.Mma):
             a, b, c = op.a.type, op.b.type, op.acc.type
             assert isinstance(a, TileType) and isinstance(b, TileType)
@@ -138,8 +161,8 @@ def _count_ops(body: list[Op], mult: float, work: Work, layout: BlockLayout) -> 
                 key += KSTRIDED
             work.dot_flops[key] = work.dot_flops.get(key, 0.0) + mult * flops
         for r in op.regions:
-            inner = mult * (_trips(op) if isinstance(op, ops.RegionOp) else 1)
-            _count(r, inner, work, layout)
+            inner = mult * (_trips(op, counts) if isinstance(op, ops.RegionOp) else 1)
+            _count(r, inner, work, layout, counts)
 
 
 def count_work(fn: Function, plan: object) -> Work:
@@ -148,20 +171,22 @@ def count_work(fn: Function, plan: object) -> Work:
     layout = BlockLayout(fn, getattr(plan, "min_dot_extent", 16))
     layout.tf32 = getattr(plan, "allow_tf32", False)  # type: ignore[attr-defined]
     work = Work()
+    counts = region_trip_map(fn)
     for op in fn.body.ops:
         if isinstance(op, ops.Parallel):
-            work.programs.append(_trips(op))
-    _count(fn.body, 1.0, work, layout)
+            work.programs.append(int(_trips(op, counts)))
+    _count(fn.body, 1.0, work, layout, counts)
     return work
 
 
-def loop_trips(op: Op) -> int:
-    """Iterations of the longest chain of loops with loads inside one program."""
-    best = 0
+def loop_trips(op: Op, counts: TripMap) -> float:
+    """Iterations of the longest loop with loads inside one program (a dynamic one's
+    expected trips)."""
+    best = 0.0
     for inner in op.body.walk():
         if isinstance(inner, ops.LOOP_OPS) and any(isinstance(x, ops.Load)
                                                    for x in inner.body.walk()):
-            best = max(best, _trips(inner))
+            best = max(best, _trips(inner, counts))
     return best
 
 
@@ -182,17 +207,18 @@ def phase_work(fn: Function, plan: object) -> list[tuple[Op, Work]]:
     layout.misaligned = {p.value for p in fn.params  # type: ignore[attr-defined]
                          if not rows_aligned(p.type) and p.name not in copied}
     layout.kstrided = set(kstrided_params(fn)) - kmajor  # type: ignore[attr-defined]
+    counts = region_trip_map(fn)
     out = []
     for op in fn.body.ops:
         if isinstance(op, ops.Parallel):
-            work = Work(programs=[_trips(op)])
-            _count_ops([op], 1.0, work, layout)
-            work.shared_bytes = _shared_load_bytes(op)
+            work = Work(programs=[int(_trips(op, counts))])
+            _count_ops([op], 1.0, work, layout, counts)
+            work.shared_bytes = _shared_load_bytes(op, counts)
             out.append((op, work))
     return out
 
 
-def _shared_load_bytes(par: ops.Parallel) -> float:
+def _shared_load_bytes(par: ops.Parallel, counts: TripMap) -> float:
     """Bytes (summed over programs) of loads whose addresses do not depend on the program
     coordinates (weights, biases, a row of constants): after the first program reads them
     they come from L2, not DRAM."""
@@ -221,9 +247,9 @@ def _shared_load_bytes(par: ops.Parallel) -> float:
                 kept = [e for e in op.shape if e is not None]
                 total += mult * _elements(tuple(kept)) * tensor.dtype.itemsize
             for r in op.regions:
-                count(r, mult * (_trips(op) if isinstance(op, ops.RegionOp) else 1))
+                count(r, mult * (_trips(op, counts) if isinstance(op, ops.RegionOp) else 1))
 
-    count(par.body, float(_trips(par)))
+    count(par.body, float(_trips(par, counts)))
     return total
 
 

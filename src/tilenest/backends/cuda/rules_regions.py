@@ -5,23 +5,27 @@ evaluated on whole blocks.
 A loop is software-pipelined (`num_stages` of the plan) only when that cannot move a load
 ahead of a store it must see: the body stores nothing, or (in the fast build, whose launch
 proved the arguments disjoint) it stores only to tensors that no load reads. Otherwise
-`num_stages=1`. Loop indices are cast to 64-bit index scalars.
+`num_stages=1`. Loop indices are cast to 64-bit index scalars. A dynamic extent (DESIGN
+§3a) loops to its run-time bound with the same `num_stages` rule: Triton pipelines loops
+whose trip count is known only at run time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from tilenest.backends.cuda.emitter import Block, Emitter, Idx
+from tilenest.analysis.index_ranges import I64_MAX
+from tilenest.backends.cuda.emitter import Block, Emitter, Idx, const_idx
 from tilenest.backends.cuda.ordering import region_has_barrier
 from tilenest.backends.cuda.rules import lower_ops, lowering
 from tilenest.backends.cuda.splitk import emit_combine, emit_partial
 from tilenest.ir import ops
+from tilenest.ir.core import Value
 from tilenest.ir.types import TileType
 
 
 def pipelinable(em: Emitter, op: ops.RegionOp) -> bool:
-    stored = {inner.tensor for inner in op.body.walk() if isinstance(inner, ops.Store)}
+    stored = {inner.tensor for inner in op.body.walk() if isinstance(inner, ops.WRITE_OPS)}
     if not stored:
         return True
     plan = em.facts.plan
@@ -31,8 +35,13 @@ def pipelinable(em: Emitter, op: ops.RegionOp) -> bool:
 
 def domain_loops(em: Emitter, op: ops.RegionOp, body: Callable[[list[Idx]], None], *,
                  reverse: bool = False, stages: int = 1) -> None:
-    """Nested loops over the op's domain (lexicographic; `reverse` runs it backwards)."""
-    extents = op.extents
+    """Nested loops over the op's domain (lexicographic; `reverse` runs it backwards).
+
+    A dynamic axis loops to its bound, the i64 index computed before the region (a negative
+    bound runs zero times: an empty axis). Its coordinate lies in [0, bound - 1] when it
+    runs, so its interval is [0, hi - 1] where the bound's interval has a maximum `hi`, and
+    unbounded above otherwise (accesses at it keep their masks)."""
+    extents = [_extent(em, e) for e in op.extent_sources()]
     coords: list[Idx] = []
 
     def level(k: int) -> None:
@@ -42,18 +51,44 @@ def domain_loops(em: Emitter, op: ops.RegionOp, body: Callable[[list[Idx]], None
         extent = extents[k]
         var = em.fresh("k")
         opts = f", num_stages={stages}" if k == len(extents) - 1 else ""
-        em.emit(f"for {var} in tl.range(0, {extent}{opts}):")
+        em.emit(f"for {var} in tl.range(0, {extent.expr}{opts}):")
         with em.indented():
             idx = em.fresh("i")
-            if reverse:
-                em.emit(f"{idx} = {extent - 1} - tl.cast({var}, tl.int64)")
+            if reverse and extent.const is not None:
+                em.emit(f"{idx} = {extent.const - 1} - tl.cast({var}, tl.int64)")
+            elif reverse:
+                em.emit(f"{idx} = ({extent.expr} - 1) - tl.cast({var}, tl.int64)")
             else:
                 em.emit(f"{idx} = tl.cast({var}, tl.int64)")
-            coords.append(Idx(idx, 0, max(0, extent - 1)))
+            hi = None if extent.hi is None else max(0, extent.hi - 1)
+            coords.append(Idx(idx, 0, hi))
             level(k + 1)
             coords.pop()
 
     level(0)
+
+
+def trip_bound(em: Emitter, op: ops.RegionOp) -> int:
+    """The most iterations one instance of `op` may run: the product of its extents' upper
+    bounds (2**63 - 1 where a dynamic bound's interval has none: the loop counts in i64)."""
+    total = 1
+    for source in op.extent_sources():
+        hi = _extent(em, source).hi
+        if hi is None:
+            return I64_MAX
+        total = min(total * max(0, hi), I64_MAX)
+    return total
+
+
+def _extent(em: Emitter, source: int | Value) -> Idx:
+    """A domain axis's trip count: the static extent, or the dynamic bound's index value
+    (a constant bound folds to a static extent, a negative one to 0)."""
+    if isinstance(source, int):
+        return const_idx(source)
+    bound = em.idx(source)
+    if bound.const is not None:
+        return const_idx(max(0, bound.const))
+    return bound
 
 
 def update_carries(em: Emitter, names: list[str], new: list[str]) -> None:
@@ -70,12 +105,11 @@ def update_carries(em: Emitter, names: list[str], new: list[str]) -> None:
             em.emit(f"{nm} = {staged.get(src, src)}")
 
 
-def carried_loop(em: Emitter, op: ops.RegionOp, *, reverse: bool = False, stages: int = 1
-                 ) -> None:
-    """A loop whose body args after the domain are carries and whose yield updates them."""
+def loop_carries(em: Emitter, inits: list[Value]) -> list[str]:
+    """Fresh names holding the carries' initial values, one per carry, before a loop."""
     names: list[str] = []
     seen: set[str] = set()
-    for init in op.inits:
+    for init in inits:
         b = em.block(init)
         source = b.name
         if source in seen:
@@ -85,6 +119,13 @@ def carried_loop(em: Emitter, op: ops.RegionOp, *, reverse: bool = False, stages
             source = _distinct_copy(b)
         seen.add(b.name)
         names.append(em.assign(source, "carry"))
+    return names
+
+
+def carried_loop(em: Emitter, op: ops.RegionOp, *, reverse: bool = False, stages: int = 1
+                 ) -> None:
+    """A loop whose body args after the domain are carries and whose yield updates them."""
+    names = loop_carries(em, list(op.inits))
     carries = [Block(nm, em.block(init).type, em.block(init).padded)
                for nm, init in zip(names, op.inits, strict=True)]
 

@@ -1,13 +1,14 @@
 """Split-K: the K loop of a skinny GEMM spread over S programs per output tile.
 
-A root `parallel` qualifies when its body holds one top-level `serial`/`pipeline` with a
-1-D static domain whose only carry is an f32 `mma` accumulator (`acc = tn.mma(a, b, acc)`,
-the carry read nowhere else), the loop body has no effect but loads, and nothing before
-the loop stores. Phase "partial" runs programs x S programs: slice s runs trips
-[s*chunk, min((s+1)*chunk, trips)) from the initial value (slice 0) or zeros (the others)
-and stores its padded accumulator block into an f32 workspace [S, programs, block]. Phase
-"combine" runs the original body with the loop replaced by the sum of the S partials in
-slice order (deterministic, no atomics), then the epilogue as written.
+A root `parallel` qualifies when its body holds one top-level `serial`/`pipeline` with a 1-D
+static domain (a dynamic trip count, DESIGN §3a, does not qualify) whose only carry is an
+f32 `mma` accumulator (`acc = tn.mma(a, b, acc)`, the carry read nowhere else), the loop
+body has no effect but loads, and nothing before the loop stores. Phase "partial" runs
+programs x S programs: slice s runs trips [s*chunk, min((s+1)*chunk, trips)) from the
+initial value (slice 0) or zeros (the others) and stores its padded accumulator block into
+an f32 workspace [S, programs, block]. Phase "combine" runs the original body with the loop
+replaced by the sum of the S partials in slice order (deterministic, no atomics), then the
+epilogue as written.
 
 Splitting reassociates the contraction over k (DESIGN §3: ordered unless the numerical
 policy allows regrouping), so the planner admits it only under `allow_regrouping`.
@@ -64,6 +65,9 @@ def split_site(fn: Function) -> SplitSite | str:
     if _effects(par.body.ops[:pos]):
         return "split-K needs no store before the K loop"
     domain = loop.domain
+    if loop.is_dynamic:
+        return "split-K needs a K loop with a static trip count (this loop's extent is " \
+               "dynamic, known only at run time: its slices would have no fixed bounds)"
     if len(domain) != 1 or not isinstance(domain[0][1], int) or domain[0][1] < 2:
         return "split-K needs a K loop over one static axis of at least 2 trips"
     if len(loop.inits) != 1:

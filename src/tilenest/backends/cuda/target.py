@@ -48,6 +48,7 @@ from tilenest.backends.cuda.resources import (
     dot_tiles,
     loop_trips,
     phase_work,
+    region_trip_map,
     register_demand,
     registers_per_thread,
     smem_per_stage,
@@ -152,8 +153,10 @@ class CudaTargetInfo:
         self.smem_per_stage = smem_per_stage(fn, self.default.min_dot_extent, layout)
         tiles = [(op, dot_tiles(op, layout, allow_tf32)) for op in root_parallels(fn)]
         self.tensor_core = any(t.kind in TENSOR_CORE_KINDS for _, ts in tiles for t in ts)
+        # Dynamic loops are priced at their expected trips (analysis.trips).
+        self.trips = region_trip_map(fn)
         self.phase_facts = [(op, ts, register_demand(op, layout, self.tensor_core),
-                             float(loop_trips(op))) for op, ts in tiles]
+                             float(loop_trips(op, self.trips))) for op, ts in tiles]
         self.max_demand = max((d for _, _, d, _ in self.phase_facts), default=0.0)
         self.has_mma = has_op(fn, ops.Mma)
         # The fixed controls a realized plan takes as they are (the traversal is the
@@ -578,7 +581,9 @@ class CudaTargetInfo:
         return min(1.0, (r + c) / (2.0 * wave))
 
     def describe_schedule(self, candidate: Candidate) -> list[str]:
-        """Per phase: the grid, residency and its binding limit, waves, traffic share."""
+        """Per phase: the grid, residency and its binding limit, waves, loop trips (a
+        dynamic loop's expected ones: the planner's explain prints their basis), traffic
+        share."""
         out = []
         for i, e in enumerate(self.schedule(candidate, None)):  # type: ignore[arg-type]
             progs, res = int(e["programs"]), int(e["resident"])
@@ -586,10 +591,14 @@ class CudaTargetInfo:
                       ("limit_smem", "limit_threads", "limit_regs")}
             bound = min(limits, key=lambda k: limits[k])
             waves = -(-progs // (res * int(e["sms"])))
+            root = self.phase_facts[int(e["phase"])][0]
+            dynamic = e["trips"] and any(isinstance(x, ops.RegionOp) and x.is_dynamic
+                                         for x in root.body.walk())
+            trips = f"~{e['trips']:.4g} expected" if dynamic else str(int(e["trips"]))
             out.append(f"phase {i}: {progs} programs, {res} resident/SM (bound by {bound}; "
                        f"~{int(e['regs_per_thread'])} regs/thread estimated, "
                        f"{int(e['smem_bytes'])} B smem), {waves} waves, "
-                       f"{int(e['trips'])} loop trips, DRAM share "
+                       f"{trips} loop trips, DRAM share "
                        f"{e.get('dram_fraction', 1.0):.3g}")
         return out
 
