@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 from tests.e2e.backends import BACKENDS
-from tests.e2e.conftest import Buffers, assert_same, run_on
+from tests.e2e.conftest import Buffers, _triton_interpreter, assert_same, run_on
 
 import tilenest as tn
 from tilenest.errors import TileError
@@ -373,3 +373,19 @@ def test_cuda_refuses_scatters_past_the_pairwise_limit() -> None:
     with pytest.raises(TileError, match="at most 4096") as info:
         run_on("cuda", wide_scatter, bufs)
     assert "Y.scatter(" in str(info.value)
+
+
+def test_cuda_orders_a_scatter_after_a_gather_of_the_same_row() -> None:
+    """The threads of one program gather a row and scatter into it: a CTA barrier must
+    separate the gather's loads from the scatter's stores (write after read)."""
+    bufs = Buffers()
+    bufs.place(np.stack([np.arange(12)[::-1]] * 3).astype(np.int32))
+    bufs.place(np.zeros((3, 12), np.float32))
+    import torch
+
+    args = [torch.from_numpy(a.copy()) for a in bufs.numpy_args(bufs.copies())]
+    with _triton_interpreter():
+        source = permute_in_place.compile(*args, target="cuda").source
+    body = source[source.index("def permute_in_place_phase0"):]
+    gather, barrier = body.index("tl.load(A_Y"), body.index("tl.debug_barrier()")
+    assert gather < barrier < body.index("tl.store(A_Y")
