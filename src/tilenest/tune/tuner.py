@@ -354,7 +354,7 @@ class _Bench:
         fn = plain.ir
         self.written = [n for n in self.params if n in written_params(fn)]
         loaded = {p.name for p in fn.params
-                  if any(isinstance(op, ops.Load) and op.tensor is p.value for op in fn.walk())}
+                  if any(isinstance(op, ops.READ_OPS) and op.tensor is p.value for op in fn.walk())}
         self.check = self._fresh_set(space.args, poisoned={n for n in self.written
                                                            if n not in loaded})
         self.initial = [m.clone(t) for t in self.check]
