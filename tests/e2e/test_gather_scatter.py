@@ -157,22 +157,25 @@ def target_logits(X, T, Out):
         Out.tile((i, 0), (None, k)).store(X.tile((i, 0), (None, V)).gather(ids, axis=k.dim))
 
 
-def test_gather_from_a_rank1_view_with_repeats(target: str) -> None:
+@pytest.mark.parametrize("dtype", (np.float32, np.float16, np.int64),
+                         ids=lambda d: np.dtype(d).name)
+def test_gather_from_a_rank1_view_with_repeats(target: str, dtype: Any) -> None:
     rng, seed = _rng()
     B, V, K = 5, 37, 3
-    x = _values(rng, (B, V))
+    x = _values(rng, (B, V), dtype)
     ids = _positions(np.int32, V, rng, (B, K))
     ids[:, 2] = ids[:, 0]  # every row gathers one element twice
     bufs = Buffers()
     bufs.place(x)
     bufs.place(ids, "offset")
-    bufs.output((B, K))
+    bufs.output((B, K), dtype)
     got = run_on(target, target_logits, bufs)
     wide = ids.astype(np.int64)
     inside = (wide >= 0) & (wide < V)
     oracle = np.where(inside, np.take_along_axis(x.astype(np.float64),
                                                  np.clip(wide, 0, V - 1), axis=1), 0.0)
-    assert_same(got, _expected(bufs, 2, oracle), bufs, f"{target} target_logits (seed {seed})")
+    assert_same(got, _expected(bufs, 2, oracle), bufs,
+                f"{target} target_logits {np.dtype(dtype).name} (seed {seed})")
 
 
 @tn.kernel

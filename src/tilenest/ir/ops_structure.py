@@ -110,7 +110,20 @@ class _AlongAxis(Memory):
     order, and along every other kept axis the view's extent. A position outside
     [0, shape[axis]) or a coordinate outside the tensor is out of range: a gather reads
     'fill' there, a scatter writes nothing (never clamped). Positions are integers of any
-    width and signedness, compared exactly (a u64 beyond the i64 range is out of range)."""
+    width and signedness, compared exactly (a u64 beyond the i64 range is out of range).
+    A gather is a load (a snapshot at its definition); a scatter is a store in program
+    order, and of its colliding elements the last in row-major order wins; two `parallel`
+    instances writing one element race (the reference's `check_races` names the element).
+
+    Realizations: the reference indexes numpy arrays with the in-range coordinates (a
+    scatter keeps the last of each colliding group explicitly). cpu computes each element's
+    address and range test; a gather reads every element at a valid address (the tensor's
+    first element for an out-of-range one) and selects the fill, branch-free so LLVM may
+    use vector gathers, and a scatter stores element by element under a branch in
+    row-major order. cuda emits `tl.load(ptr + offsets, mask=..., other=fill)` and
+    `tl.store(..., mask=...)`, the scatter's mask also dropping every element a later one
+    overwrites (a pairwise compare of the tile's addresses; tiles of more than 4096 padded
+    lanes are refused with a TileError)."""
 
     __slots__ = ()
     axis = Attr(INT, doc="the tensor axis the positions index (a kept axis of 'shape')")
