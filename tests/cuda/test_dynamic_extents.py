@@ -114,6 +114,10 @@ def test_causal_trips_are_computed_and_explained() -> None:
     (_, _, _, trips), = info.phase_facts
     assert trips == pytest.approx(8.5)
     assert "~8.5 expected loop trips" in info.describe_schedule(result.selected.candidate)[0]
+    # The flat element grid has no loops: fixing it is a rejection with its reason.
+    forced, _ = plan_cuda(fn, {"constraints": (("element_grid", 1024),)}, H200)
+    assert forced.selected is None
+    assert all("'serial'" in r.reason and "not pointwise" in r.reason for r in forced.rejected)
 
 
 # ---------------------------------------------------------------------- dynamic pipeline
@@ -256,6 +260,9 @@ def test_dynamic_reduce_ordered_tree_is_the_reference_tree(device: str, clamp: b
     left = np.full(9, np.nan, np.float32)
     tn.interpret(row_fold, x, lens, left, ORDER="fold_left", CLAMP=clamp)
     assert not np.array_equal(left, want), "the inputs do not tell the tree from a fold"
+    # The clamped bound proves the column in [0, 22]: that load has no mask; unclamped, the
+    # column is unbounded above and the load keeps its mask.
+    assert ("mask=" in ck.source) is not clamp
 
 
 # ---------------------------------------------------------------------- inner parallel
