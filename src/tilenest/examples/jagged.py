@@ -134,7 +134,7 @@ _CASES = (
     Case({"B": 1, "N": 20, "D": 7}),
     Case({"B": 9, "N": 100, "D": 16}, {"ROWS": 8, "BLOCK": 8}),
     Case({"B": 3, "N": 0, "D": 5}),
-    Case({"B": 17, "N": 64, "D": 130}, {"BLOCK": 32}),
+    Case({"B": 6, "N": 40, "D": 130}),
 )
 
 MEAN_EXAMPLE = Example(
