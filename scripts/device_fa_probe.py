@@ -25,7 +25,7 @@ from benchmarks.cuda_timing import Timer  # noqa: E402
 from tilenest.backends.cuda import lower  # noqa: E402
 from tilenest.backends.cuda.plan import CudaPlan  # noqa: E402
 
-ORIGINAL = lower._COMMON
+ORIGINAL = lower._DEVICE_MATH  # where tn_max, tn_min and tn_exp live
 FAST = {
     "nanprop": ("tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)",
                 "tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)"),
@@ -47,10 +47,12 @@ def prelude(variant: str) -> str:
             src = new
             continue
         mx, mn = FAST[part]
-        src = re.sub(r"def tn_max\(a, b\):\n(    .*\n)+", f"def tn_max(a, b):\n    return {mx}\n",
+        new = re.sub(r"def tn_max\(a, b\):\n(    .*\n)+", f"def tn_max(a, b):\n    return {mx}\n",
                      src)
-        src = re.sub(r"def tn_min\(a, b\):\n(    .*\n)+", f"def tn_min(a, b):\n    return {mn}\n",
-                     src)
+        new = re.sub(r"def tn_min\(a, b\):\n(    .*\n)+", f"def tn_min(a, b):\n    return {mn}\n",
+                     new)
+        assert new != src
+        src = new
     return src
 
 
@@ -64,7 +66,7 @@ def main() -> None:
     t = timer.device_ms(lambda i: F.scaled_dot_product_attention(*sets[i], is_causal=causal), 2)
     print(f"SDPA causal={causal} {t['median_ms']:.3f} ms", flush=True)
     for variant in sys.argv[1:] or ("ieee", "nanprop", "plain"):
-        lower._COMMON = prelude(variant)
+        lower._DEVICE_MATH = prelude(variant)
         mod = importlib.reload(importlib.import_module("tilenest.examples.flash_attention"))
         kern = mod.flash_attention
         out = torch.empty_like(sets[0][0])
@@ -100,7 +102,7 @@ def main() -> None:
                 with open(os.path.join(OUT, f"fa_{variant}_{label.replace(' ', '_')}.py"),
                           "w") as f:
                     f.write(src)
-    lower._COMMON = ORIGINAL
+    lower._DEVICE_MATH = ORIGINAL
 
 
 if __name__ == "__main__":
