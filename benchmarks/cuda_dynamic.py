@@ -38,6 +38,7 @@ from tilenest.examples import jagged
 # (dtype, B segments, N rows in all, D columns); (dtype, T tokens, D, F, E experts)
 JAGGED_SHAPES = (("bf16", 1024, 524288, 512), ("f32", 4096, 262144, 256))
 MOE_SHAPES = (("bf16", 4096, 4096, 14336, 8), ("bf16", 8192, 2048, 1408, 64))
+DEVICE = "cuda"  # where the cases' tensors live (the tests build them on "cpu")
 
 
 def register(suite: ModuleType) -> None:
@@ -131,8 +132,8 @@ def jagged_case(suite: ModuleType, spec: Any, log: list[str]) -> Any:
     rng = np.random.default_rng(0)
     sets = []
     for _ in range(2):
-        off = torch.from_numpy(jagged.draw_offsets(rng, B, N)).cuda()
-        sets.append((torch.randn(N, D, device="cuda", dtype=dt), off, *segment_ids(off)))
+        off = torch.from_numpy(jagged.draw_offsets(rng, B, N)).to(DEVICE)
+        sets.append((torch.randn(N, D, device=DEVICE, dtype=dt), off, *segment_ids(off)))
     refs = [torch_jagged_mean_index_add(x.double(), ids, n) for x, _, ids, n in sets]
     case.check = lambda out, i: suite.rel_err(out, refs[i])
     case.tol = suite.TOL[dt]
@@ -141,7 +142,7 @@ def jagged_case(suite: ModuleType, spec: Any, log: list[str]) -> Any:
                f"({B * longest / N:.1f}x the real ones)")
 
     suite._plain_call(case, spec, lambda i, o: [sets[i][0], sets[i][1], o],
-                      torch.empty(B, D, device="cuda", dtype=dt), log)
+                      torch.empty(B, D, device=DEVICE, dtype=dt), log)
     box: dict[str, Any] = {}
 
     def run(i: int, key: str) -> None:
@@ -151,7 +152,7 @@ def jagged_case(suite: ModuleType, spec: Any, log: list[str]) -> Any:
 
     for key in ("segment_reduce", "index_add"):
         case.contenders[f"torch {key}"] = (partial(run, key=key), partial(box.get, key))
-    sources = [torch.empty(real // 2 // dt.itemsize, device="cuda", dtype=dt).normal_()
+    sources = [torch.empty(real // 2 // dt.itemsize, device=DEVICE, dtype=dt).normal_()
                for _ in range(2)]
     copy = torch.empty_like(sources[0])
     case.contenders["copy of the real bytes (bandwidth ceiling)"] = (
@@ -167,26 +168,26 @@ def moe_case(suite: ModuleType, spec: Any, log: list[str]) -> Any:
     flops = 2.0 * 2 * T * D * F
     case = suite.Case(f"moe {dtype} T{T} D{D} F{F} E{E}", "moe", flops,
                       (E * D * F + T * D + T * F) * dt.itemsize)
-    w = (torch.randn(E, D, F, device="cuda", dtype=torch.float32) / math.sqrt(D)).to(dt)
+    w = (torch.randn(E, D, F, device=DEVICE, dtype=torch.float32) / math.sqrt(D)).to(dt)
     sets = []
     for _ in range(2):
-        logits = torch.randn(T, E, device="cuda") + 2.0 * torch.randn(E, device="cuda")
+        logits = torch.randn(T, E, device=DEVICE) + 2.0 * torch.randn(E, device=DEVICE)
         routing = torch_routing(logits)
         routing["Gate"] = routing["Gate"].to(dt)
-        sets.append((torch.randn(T, D, device="cuda", dtype=dt), routing,
+        sets.append((torch.randn(T, D, device=DEVICE, dtype=dt), routing,
                      routing["Eoff"].tolist(), sorted_gates(routing)))
-    sample = torch.randperm(T, device="cuda")[:64]
+    sample = torch.randperm(T, device=DEVICE)[:64]
     refs = [_moe_reference(x, w, r, sample) for x, r, _, _ in sets]
     case.check = lambda out, i: suite.rel_err(out[sample], refs[i])
     case.tol = suite.TOL[dt]
-    scratch = (torch.empty(2 * T, D, device="cuda", dtype=dt),
-               torch.empty(2 * T, F, device="cuda", dtype=dt))
+    scratch = (torch.empty(2 * T, D, device=DEVICE, dtype=dt),
+               torch.empty(2 * T, F, device=DEVICE, dtype=dt))
 
     def args(i: int, out: Any) -> list[Any]:
         x, r, _, _ = sets[i]
         return [x, w, r["Tok"], r["Eoff"], r["Gate"], r["Pos"], *scratch, out]
 
-    suite._plain_call(case, spec, args, torch.empty(T, F, device="cuda", dtype=dt), log)
+    suite._plain_call(case, spec, args, torch.empty(T, F, device=DEVICE, dtype=dt), log)
     box: dict[str, Any] = {}
 
     def eager(i: int) -> None:

@@ -70,3 +70,30 @@ def test_torch_routing_and_eager_moe_match_the_example() -> None:
     sample = torch.tensor([0, 7, 39])
     ref = cuda_dynamic._moe_reference(x, w, routing, sample)
     np.testing.assert_allclose(ref.numpy(), want[[0, 7, 39]], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("family", "example", "shape"), [
+    ("jagged", "jagged_mean", {"B": 7, "N": 90, "D": 40}),
+    ("moe", "moe", {"T": 24, "D": 32, "F": 24, "E": 4}),
+])
+def test_cases_run_and_check_every_contender_on_cpu(family: str, example: str, shape: dict,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The case builders on CPU tensors (the tilenest plain call on Triton's interpreter, f32:
+    the interpreter mishandles bf16): every contender runs and passes the case's check."""
+    pytest.importorskip("triton")
+    monkeypatch.setattr(cuda_dynamic, "DEVICE", "cpu")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    spec = cuda_suite.Spec(family, example, "f32", shape)
+    log: list[str] = []
+    case = cuda_suite.BUILDERS[family](spec, log)
+    assert not [line for line in log if "Error" in line], log
+    names = list(case.contenders)
+    assert names[0].startswith("tilenest plain call"), names
+    assert len(names) == (4 if family == "jagged" else 2), names
+    for name, (call, output) in case.contenders.items():
+        for i in range(2):
+            call(i)
+            out = output()
+            if out is not None:  # the copy's output is not checked
+                assert case.check(out, i) <= case.tol, (name, i)
