@@ -13,8 +13,8 @@ attention is cuda_suite's `attention` family.
   read and the B means written): its GB/s is the bandwidth line. Segment lengths are random
   with some empty segments, so the padded form (B x the longest) would move several times
   the real bytes.
-- moe: tilenest's plain call (gather, grouped GEMM, combine) against torch eager on the same
-  routing: `index_select` of the rows, one matmul per expert over its rows (the per-expert
+- moe: tilenest's plain call (grouped GEMM with the gather, combine) against torch eager on the
+  same routing: `index_select` of the rows, one matmul per expert over its rows (the per-expert
   row offsets read on the host once, as routing metadata), the gates applied and `index_add_`
   back. FLOP/s count the real 2 x 2T x D x F of the expert products.
 
@@ -180,12 +180,11 @@ def moe_case(suite: ModuleType, spec: Any, log: list[str]) -> Any:
     refs = [_moe_reference(x, w, r, sample) for x, r, _, _ in sets]
     case.check = lambda out, i: suite.rel_err(out[sample], refs[i])
     case.tol = suite.TOL[dt]
-    scratch = (torch.empty(2 * T, D, device=DEVICE, dtype=dt),
-               torch.empty(2 * T, F, device=DEVICE, dtype=dt))
+    rows = torch.empty(2 * T, F, device=DEVICE, dtype=dt)  # S: one row per (token, slot)
 
     def args(i: int, out: Any) -> list[Any]:
         x, r, _, _ = sets[i]
-        return [x, w, r["Tok"], r["Eoff"], r["Gate"], r["Pos"], *scratch, out]
+        return [x, w, r["Tok"], r["Eoff"], r["Gate"], r["Pos"], rows, out]
 
     suite._plain_call(case, spec, args, torch.empty(T, F, device=DEVICE, dtype=dt), log)
     box: dict[str, Any] = {}

@@ -64,8 +64,7 @@ OUTPUT_SHAPES: dict[str, Callable[[dict[str, int]], OutputShapes]] = {
     "cross_entropy": lambda s: (s["M"],),
     "embedding": lambda s: (s["T"], s["D"]),
     "jagged_mean": lambda s: (s["B"], s["D"]),
-    "moe": lambda s: {"XS": (2 * s["T"], s["D"]), "S": (2 * s["T"], s["F"]),
-                      "Y": (s["T"], s["F"])},
+    "moe": lambda s: {"S": (2 * s["T"], s["F"]), "Y": (s["T"], s["F"])},
     "rmsnorm_backward_dw": lambda s: (s["N"],),
 }
 

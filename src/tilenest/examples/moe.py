@@ -11,25 +11,22 @@ pairs. Slot s = 2t + k is token t's k-th choice; the pairs are sorted by expert,
     Gate (2T,)   Gate[s]: the weight of slot s (the router's top-2 weights, (T, 2) row-major)
     Pos  (2T,)   Pos[s]: the sorted row of slot s (the inverse permutation of the sort)
 
-The kernel runs in three phases (three root `parallel`s, launched in order), each writing an
-output the next one reads:
+The kernel runs in two phases (two root `parallel`s, launched in order):
 
-1. gather: XS[p, :] = X[Tok[p], :], one row per program at a loaded origin (the embedding
-   gather). XS (2T, D) is the grouped GEMM's operand; a vector gather inside the GEMM's
-   operand load would make it unnecessary.
-2. grouped GEMM: S[p, :] = XS[p, :] @ W[e(p)], one program per (BM sorted rows, BN columns).
-   A row block may straddle experts: the program counts the experts that end before its
-   first row and those that start before its end (a sum over one load of Eoff) and loops
-   over the experts in between, a `serial` whose trip count comes from loaded values; each
-   expert's K loop is a `pipeline`, and only that expert's rows take its product. Every
-   program computes (its experts) x (its rows), so the work is the real 2T rows plus at most
-   one extra block product per expert boundary, never E x 2T. The blocks own disjoint rows of
-   S, so the stores never collide.
-3. combine: Y[t, :] = Gate[2t] · S[Pos[2t], :] + Gate[2t+1] · S[Pos[2t+1], :]. Each (token,
+1. grouped GEMM: S[p, :] = X[Tok[p], :] @ W[e(p)], one program per (BM sorted rows, BN
+   columns). The operand rows are gathered by their loaded token ids (`X.gather` along the
+   token axis) inside the K loop, so the sorted copy of X is never written. A row block may
+   straddle experts: the program counts the experts that end before its first row and those
+   that start before its end (sums over one load of Eoff) and loops over the experts in
+   between, a `serial` whose trip count comes from loaded values; each expert's K loop is a
+   `pipeline`, and only that expert's rows take its product. The work is the real 2T rows
+   plus at most one extra block product per expert boundary, never E x 2T. The blocks own
+   disjoint rows of S, so the stores never collide.
+2. combine: Y[t, :] = Gate[2t] · S[Pos[2t], :] + Gate[2t+1] · S[Pos[2t+1], :]. Each (token,
    slot) pair has its own row of S, so the scatter-add back (which would need atomics) is a
    gather of a token's two rows instead, deterministic and race-free.
 
-Products and sums are formed in f32; XS and S hold the storage type (f32, f16, bf16).
+Products and sums are formed in f32; S holds the storage type (f32, f16, bf16).
 """
 
 from __future__ import annotations
@@ -43,21 +40,13 @@ I32_MAX = 2 ** 31 - 1
 
 
 @tn.kernel
-def moe(X, W, Tok, Eoff, Gate, Pos, XS, S, Y, *, BM=tn.tunable(64, 128, 32, 16),
+def moe(X, W, Tok, Eoff, Gate, Pos, S, Y, *, BM=tn.tunable(64, 128, 32, 16),
         BN=tn.tunable(64, 128, 256, 32), BK=tn.tunable(32, 64, 128, 16),
         BLOCK=tn.tunable(512, 128, 1024, 2048)):
     T, D = X.shape
     E, _, F = W.shape
     R = Tok.shape[0]  # 2T sorted rows
-    # 1. gather: XS[p] = X[Tok[p]]
-    gather_width = min(BLOCK, next_pow2(D))
-    rows_g, blocks_g = tn.axis("rows", R), tn.axis("blocks", tn.cdiv(D, gather_width))
-    cg = tn.axis("c", gather_width)
-    for nest in tn.parallel(rows_g, blocks_g):
-        p, c0 = nest.index(rows_g), nest.index(blocks_g) * gather_width
-        token = tn.index(Tok.tile((p,), ()).load())
-        XS.tile((p, c0), (None, cg)).store(X.tile((token, c0), (None, cg)).load())
-    # 2. grouped GEMM over the experts each row block meets: S[p] = XS[p] @ W[e(p)]
+    # 1. grouped GEMM over the experts each row block meets: S[p] = X[Tok[p]] @ W[e(p)]
     gm, gn = tn.axis("gm", tn.cdiv(R, BM)), tn.axis("gn", tn.cdiv(F, BN))
     m, n, k = tn.axis("m", BM), tn.axis("n", BN), tn.axis("k", BK)
     experts = tn.axis("experts", next_pow2(E))
@@ -69,6 +58,9 @@ def moe(X, W, Tok, Eoff, Gate, Pos, XS, S, Y, *, BM=tn.tunable(64, 128, 32, 16),
         first = tn.index(tn.sum(tn.where(ends <= p0, 1, 0), axis=experts))
         stop = tn.index(tn.sum(tn.where(real & (starts < p0 + BM), 1, 0), axis=experts))
         rows = p0 + tn.arange(m)
+        # The block's token ids, one per operand element (rows past 2T read token 0: they
+        # belong to no expert and are never stored).
+        token_ids = Tok.tile((p0,), (m,)).load() + tn.zeros((m, k), tn.i32)
         out = tn.zeros((m, n), tn.f32)
         for step in nest.serial(stop - first):
             e = first + step.index()
@@ -78,13 +70,13 @@ def moe(X, W, Tok, Eoff, Gate, Pos, XS, S, Y, *, BM=tn.tunable(64, 128, 32, 16),
             for kstep in step.pipeline(tn.cdiv(D, BK), window=2):
                 kstep.stage("load")
                 k0 = kstep.index() * BK
-                a = XS.tile((p0, k0), (m, k)).load()
+                a = X.tile((0, k0), (T, k)).gather(token_ids, axis=0)
                 w = W.tile((e, k0, n0), (None, k, n)).load()
                 kstep.stage("compute")
                 acc = tn.mma(a, w, acc)
             out = tn.where((rows >= lo) & (rows < hi), acc, out)
         S.tile((p0, n0), (m, n)).store(out)
-    # 3. combine: Y[t] = Gate[2t] S[Pos[2t]] + Gate[2t+1] S[Pos[2t+1]]
+    # 2. combine: Y[t] = Gate[2t] S[Pos[2t]] + Gate[2t+1] S[Pos[2t+1]]
     width = min(BLOCK, next_pow2(F))
     tokens, blocks = tn.axis("tokens", T), tn.axis("blocks", tn.cdiv(F, width))
     c = tn.axis("c", width)
@@ -129,14 +121,13 @@ def make_inputs(rng: np.random.Generator, *, T: int, D: int, F: int, E: int
 
 
 def reference(X: np.ndarray, W: np.ndarray, Tok: np.ndarray, Eoff: np.ndarray,
-              Gate: np.ndarray, Pos: np.ndarray) -> tuple[np.ndarray, ...]:
+              Gate: np.ndarray, Pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     tok, eoff, pos = (a.astype(np.int64) for a in (Tok, Eoff, Pos))
-    xs = X[tok]
     s = np.zeros((tok.size, W.shape[2]))
     for e in range(W.shape[0]):
-        s[eoff[e]:eoff[e + 1]] = xs[eoff[e]:eoff[e + 1]] @ W[e]
+        s[eoff[e]:eoff[e + 1]] = X[tok[eoff[e]:eoff[e + 1]]] @ W[e]
     y = Gate[0::2, None] * s[pos[0::2]] + Gate[1::2, None] * s[pos[1::2]]
-    return xs, s, y
+    return s, y
 
 
 EXAMPLE = Example(
@@ -144,7 +135,7 @@ EXAMPLE = Example(
     kernel=moe,
     make_inputs=make_inputs,
     reference=reference,
-    outputs=("XS", "S", "Y"),
+    outputs=("S", "Y"),
     consts={"BM": 16, "BN": 32, "BK": 16, "BLOCK": 64},
     demo=Case({"T": 100, "D": 64, "F": 96, "E": 8}),
     cases=(
