@@ -145,6 +145,9 @@ def tn_min(a, b):
     m = tn_min_tree(a, b)
     return tl.where(m != m, tn_canonical_nan(m), m)
 
+'''
+
+_DEVICE_TRANSCENDENTALS = '''
 @triton.jit
 def tn_exp(x):
     return libdevice.exp(x)
@@ -194,6 +197,9 @@ def tn_max_tree(a, b):
 def tn_min_tree(a, b):
     return tn_min(a, b)
 
+'''
+
+_INTERPRETER_TRANSCENDENTALS = '''
 @triton.jit
 def tn_exp(x):
     return tl.exp(x)
@@ -213,6 +219,30 @@ def tn_tanh(x):
 def tn_sigmoid(x):
     return tn_div_rn(tl.full([], 1.0, x.dtype), 1.0 + tl.exp(-x))
 '''
+
+# NumericalPolicy(allow_fast_math=True): the base-2 approximations FlashAttention uses
+# (ex2.approx / lg2.approx on the device; numpy's exp2/log2 under the interpreter).
+_FAST_TRANSCENDENTALS = '''
+@triton.jit
+def tn_exp(x):
+    return tl.exp2(x * 1.4426950408889634)
+
+
+@triton.jit
+def tn_log(x):
+    return tl.log2(x) * 0.6931471805599453
+
+
+@triton.jit
+def tn_tanh(x):
+    return {tanh}
+
+
+@triton.jit
+def tn_sigmoid(x):
+    return tn_div_rn(tl.full([], 1.0, x.dtype), 1.0 + tl.exp2(x * -1.4426950408889634))
+'''
+
 
 
 @dataclass
@@ -353,6 +383,12 @@ def lower_function(fn: Function, plan: CudaPlan, *, assume_no_alias: bool,
     math_import = "" if interpret else "from triton.language.extra import libdevice\n"
     text = _COMMON.format(name=fn.name, math_import=math_import)
     text += _INTERPRETER_MATH if interpret else _DEVICE_MATH
+    if plan.allow_fast_math:
+        tanh = ("1.0 - tn_div_rn(tl.full([], 2.0, x.dtype), tl.exp(x + x) + 1.0)" if interpret
+                else "libdevice.tanh(x)")
+        text += _FAST_TRANSCENDENTALS.format(tanh=tanh)
+    else:
+        text += _INTERPRETER_TRANSCENDENTALS if interpret else _DEVICE_TRANSCENDENTALS
     for lines in kernels:
         text += "\n\n" + "\n".join(lines) + "\n"
     return LoweredModule(text, phases, errors, workspace)

@@ -40,6 +40,7 @@ class CudaPlan:
     allow_tf32: bool = False         # numerical policy: f32 `mma` with tf32 inputs
     allow_fma: bool = False          # numerical policy: contract multiply-adds into FMA
     allow_regrouping: bool = False   # numerical policy: regroup the `mma` contraction
+    allow_fast_math: bool = False    # numerical policy: exp/log/sigmoid by ex2/lg2.approx
     split_k: int = 1                 # K loop of the split site over this many programs per
     #                                  output tile, summed in a second phase (splitk.py)
     element_grid: int = 0            # pointwise kernels: 0 = one Triton program per logical

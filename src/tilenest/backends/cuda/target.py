@@ -134,11 +134,12 @@ class CudaTargetInfo:
 
     def __init__(self, fn: Function, gpu: GpuInfo, constraints: Constraints | None = None,
                  *, allow_tf32: bool = False, allow_fma: bool = False,
-                 allow_regrouping: bool = False) -> None:
+                 allow_regrouping: bool = False, allow_fast_math: bool = False) -> None:
         self.fn, self.gpu = fn, gpu
         self.constraints = constraints or Constraints()
         self.allow_tf32, self.allow_fma = allow_tf32, allow_fma
         self.allow_regrouping = allow_regrouping
+        self.allow_fast_math = allow_fast_math
         self.default = default_plan(fn)
         self.paddable, self.refused = paddable_operands(fn)
         self.misaligned = misaligned_operands(fn)
@@ -165,6 +166,7 @@ class CudaTargetInfo:
         # What a realized plan depends on besides the candidate (None: unhashable controls,
         # realized without the shared cache).
         self._realize_key: tuple | None = (allow_tf32, allow_fma, allow_regrouping,
+                                           allow_fast_math,
                                            tuple(sorted(self._fixed.items())))
         try:
             hash(self._realize_key)
@@ -390,7 +392,8 @@ class CudaTargetInfo:
                     "element_grid": b.block_size if candidate.distribution.kind
                     is DistributionKind.FLAT_ELEMENT_GRID else 0,
                     "allow_tf32": self.allow_tf32, "allow_fma": self.allow_fma,
-                    "allow_regrouping": self.allow_regrouping}
+                    "allow_regrouping": self.allow_regrouping,
+                    "allow_fast_math": self.allow_fast_math}
         return CudaPlan(**{**searched, **self._fixed})  # fixed controls win
 
     @staticmethod
@@ -654,7 +657,7 @@ def _constraints(options: dict[str, Any], policy: Any) -> Constraints:
             raise ArgumentError(f"constraint {name}={value!r} contradicts plan= "
                                 f"({pairs[name]!r})")
         pairs[name] = value
-    for name in ("allow_tf32", "allow_fma", "allow_regrouping"):
+    for name in ("allow_tf32", "allow_fma", "allow_regrouping", "allow_fast_math"):
         if pairs.pop(name, False) and not getattr(policy, name):
             raise BackendError(f"CudaPlan.{name}: the numerical policy does not allow it "
                                f"(policy {policy.describe()})", loc=None)
@@ -671,7 +674,8 @@ def plan_cuda(fn: Function, options: dict[str, Any], gpu: GpuInfo | None = None
     cons = _constraints(options, policy)
     info = CudaTargetInfo(fn, gpu or device_info(), cons, allow_tf32=policy.allow_tf32,
                           allow_fma=policy.allow_fma,
-                          allow_regrouping=policy.allow_regrouping)
+                          allow_regrouping=policy.allow_regrouping,
+                          allow_fast_math=policy.allow_fast_math)
     opts = planner_options(options, cons)
     return plan(fn, info, opts), info
 
