@@ -79,9 +79,9 @@ def torch_jagged_mean_segment_reduce(x: Any, offsets: Any) -> Any:
 
 
 def torch_routing(logits: Any) -> dict[str, Any]:
-    """The routing arrays of `tilenest.examples.moe` computed with torch (the same rule as its
-    numpy `route`: top-2 of the logits, the softmax of the two as gates, a stable sort of the
-    (token, slot) pairs by expert)."""
+    """The routing arrays of `tilenest.examples.moe` computed with torch (the rule of its numpy
+    `route`, ties apart: top-2 of the logits, the softmax of the two as gates, a stable sort of
+    the (token, slot) pairs by expert)."""
     import torch
 
     T, E = logits.shape
