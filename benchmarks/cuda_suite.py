@@ -41,6 +41,7 @@ from tilenest.examples import EXAMPLES, empty_args  # noqa: E402
 from tilenest.numerics import NumericalPolicy  # noqa: E402
 
 TF32 = NumericalPolicy(allow_tf32=True)
+FAST_MATH = NumericalPolicy(allow_fast_math=True)
 TUNE: dict[str, int] = {"budget": 0}  # --tune N: tune each case's kernel with budget N
 TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2, "tf32": 2e-3}
 DT = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
@@ -52,7 +53,8 @@ DT = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 @dataclass(frozen=True)
 class Spec:
     """One case of the suite: an example at one shape (its `make_inputs` names) and dtype,
-    with its semantic constants (CAUSAL) and whether the numerical policy allows tf32."""
+    with its semantic constants (CAUSAL) and whether the numerical policy allows tf32 or fast
+    math (approximate exp, as SDPA's kernels use)."""
 
     family: str
     example: str
@@ -60,10 +62,13 @@ class Spec:
     shape: dict[str, int]
     tf32: bool = False
     consts: dict[str, Any] = field(default_factory=dict)
+    fast_math: bool = False
 
     @property
     def options(self) -> dict[str, Any]:
         """The planner options of the plain call (the numerical policy only)."""
+        if self.fast_math:
+            return {"policy": FAST_MATH}
         return {"policy": TF32} if self.tf32 else {}
 
 
@@ -83,9 +88,11 @@ def _embedding(dtype: str, v: int, d: int, t: int) -> Spec:
     return Spec("embedding", "embedding", dtype, {"V": v, "D": d, "T": t})
 
 
-def _attention(causal: bool, b: int = 4, h: int = 32, s: int = 4096, d: int = 128) -> Spec:
+def _attention(causal: bool, b: int = 4, h: int = 32, s: int = 4096, d: int = 128,
+               fast_math: bool = False) -> Spec:
     return Spec("attention", "flash_attention", "f16",
-                {"B": b, "H": h, "SQ": s, "SK": s, "D": d}, consts={"CAUSAL": causal})
+                {"B": b, "H": h, "SQ": s, "SK": s, "D": d}, consts={"CAUSAL": causal},
+                fast_math=fast_math)
 
 
 _RAGGED = [_gemm("f16", 4095, 4097, 4093), _gemm("f32", 4096, 4096, 4096),
@@ -102,7 +109,7 @@ SPECS: dict[str, list[Spec]] = {
     "cross_entropy": [_cross_entropy("f32", 4096, 32000), _cross_entropy("bf16", 4096, 32000),
                       _cross_entropy("bf16", 8192, 50257)],
     "embedding": [_embedding("bf16", 131072, 4096, 16384)],
-    "attention": [_attention(False), _attention(True)],
+    "attention": [_attention(c, fast_math=f) for f in (False, True) for c in (False, True)],
     "gqa": [Spec("gqa", "gqa_decode", "f16", {"B": 32, "HKV": 8, "G": 4, "S": 8192, "D": 128})],
 }
 # Families that only select others' cases (kept out of the default run and of all_specs).
@@ -117,7 +124,8 @@ def all_specs() -> list[Spec]:
 def describe(spec: Spec) -> str:
     shape = "x".join(str(v) for v in spec.shape.values())
     extra = "".join(f" {k}={v}" for k, v in spec.consts.items())
-    return f"{spec.example} {spec.dtype}{'-tf32' if spec.tf32 else ''} {shape}{extra}"
+    policy = "-tf32" if spec.tf32 else "-fastmath" if spec.fast_math else ""
+    return f"{spec.example} {spec.dtype}{policy} {shape}{extra}"
 
 
 def plan_only(spec: Spec) -> dict[str, Any]:
@@ -451,8 +459,8 @@ def attention_case(spec: Spec, log: list[str]) -> Case:
     B, H, S, D = (spec.shape[k] for k in ("B", "H", "SQ", "D"))
     dt = torch.float16
     work = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
-    case = Case(f"attention f16 B{B} H{H} S{S} D{D}{' causal' if causal else ''}", "attention",
-                work, 4.0 * B * H * S * D * 2)
+    case = Case(f"attention f16{'-fastmath' if spec.fast_math else ''} B{B} H{H} S{S} D{D}"
+                f"{' causal' if causal else ''}", "attention", work, 4.0 * B * H * S * D * 2)
     sets = [tuple(torch.randn(B, H, S, D, device="cuda", dtype=dt) for _ in range(3))
             for _ in range(2)]
     heads = [(0, 0), (B - 1, H - 1)]
@@ -476,7 +484,7 @@ def attention_case(spec: Spec, log: list[str]) -> Case:
         consts = {"BM": bm, "BN": bn, "CAUSAL": causal}
         plan = CudaPlan(num_warps=warps, num_stages=stages)
         ck = _safe(f"{case.name} tilenest {consts}", lambda o=out, c=consts, p=plan:
-                   kern.compile(*sets[0], o, target="cuda", plan=p, **c), log)
+                   kern.compile(*sets[0], o, target="cuda", plan=p, **spec.options, **c), log)
         if ck is not None:
             case.contenders[f"tilenest BM{bm} BN{bn} w{warps} s{stages}"] = (
                 lambda i, ck=ck, o=out, c=consts, p=plan: ck(*sets[i], o, plan=p, **c),
