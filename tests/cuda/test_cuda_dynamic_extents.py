@@ -34,9 +34,10 @@ def _both(kernel, arrays: list[np.ndarray], device: str, outputs: tuple[int, ...
 
 
 def _loops(source: str) -> list[tuple[str, int]]:
-    """(bound, num_stages) of every `tl.range(0, bound[, num_stages=s])` loop."""
-    return [(b, int(s or 1)) for b, s in
-            re.findall(r"tl\.range\(0, (\w+)(?:, num_stages=(\d+))?\)", source)]
+    """(bound, num_stages) of every `tl.range(0, bound[, num_stages=s])` loop (under the
+    interpreter a dynamic bound is wrapped as `tn_interp_int(bound)`)."""
+    return [(b, int(s or 1)) for b, s in re.findall(
+        r"tl\.range\(0, (?:tn_interp_int\()?(\w+)\)?(?:, num_stages=(\d+))?\)", source)]
 
 
 # ---------------------------------------------------------------------- jagged rows

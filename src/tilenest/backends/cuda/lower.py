@@ -170,6 +170,14 @@ def tn_sigmoid(x):
 
 _INTERPRETER_MATH = '''
 
+# A dynamic loop bound as a Python int. The interpreter runs the kernel as Python, so this
+# plain function is callable from it; triton 3.6's interpreter holds a scalar as a 1-element
+# array, which `range` cannot take under numpy 2 ("only 0-dimensional arrays can be
+# converted"). Never emitted for the device.
+def tn_interp_int(x):
+    data = getattr(getattr(x, "handle", None), "data", x)
+    return int(data.reshape(-1)[0]) if hasattr(data, "reshape") else int(data)
+
 # The interpreter's maximum is numpy's, whose +-0 tie returns an operand: spelled out.
 @triton.jit
 def tn_max(a, b):

@@ -51,7 +51,10 @@ def domain_loops(em: Emitter, op: ops.RegionOp, body: Callable[[list[Idx]], None
         extent = extents[k]
         var = em.fresh("k")
         opts = f", num_stages={stages}" if k == len(extents) - 1 else ""
-        em.emit(f"for {var} in tl.range(0, {extent.expr}{opts}):")
+        stop = extent.expr
+        if extent.const is None and em.facts.interpret:
+            stop = f"tn_interp_int({stop})"  # see _INTERPRETER_MATH in lower.py
+        em.emit(f"for {var} in tl.range(0, {stop}{opts}):")
         with em.indented():
             idx = em.fresh("i")
             if reverse and extent.const is not None:
