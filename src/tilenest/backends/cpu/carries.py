@@ -14,33 +14,62 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from tilenest.backends.cpu.emitter import Emitter
+from tilenest.backends.cpu.emitter import Emitter, c64
 from tilenest.backends.cpu.reprs import Arr, Idx, Tile
+from tilenest.backends.rule_table import NoEmitterError
 from tilenest.ir import ops
 from tilenest.ir.core import Value
 from tilenest.ir.types import TileType
 
 
-def domain_loop(em: Emitter, domain: tuple, body: Callable[[list[Idx]], None],
+def domain_extents(em: Emitter, op: ops.RegionOp) -> list[tuple[int | ir.Value, Idx]]:
+    """Per axis of `op`'s domain: its trip count (a static int, or the i64 value of its
+    dynamic bound) and the interval of its coordinate, [0, extent - 1] (for a dynamic axis
+    the bound's static upper end less one when the bound has one, else unbounded above).
+
+    A dynamic bound drives one loop for the whole packet, so it must be the same for every
+    packed program; one that differs between them (it reads a program's coordinates or
+    loaded values) has no emitter here: `plan.validate` keeps such functions to one program
+    per packet, and this is the check that emission never runs one loop for them."""
+    out: list[tuple[int | ir.Value, Idx]] = []
+    for source in op.extent_sources():
+        if isinstance(source, int):
+            out.append((source, Idx(c64(0), True, 0, source - 1)))
+            continue
+        bound = em.idx(source)
+        if not bound.uniform and em.lanes > 1:
+            raise NoEmitterError(
+                f"this {op.name} has a dynamic trip count that differs between the "
+                f"{em.lanes} programs of a packet; the cpu backend runs it with one program "
+                "per packet (local_lanes = the packet width)", loc=op.loc)
+        hi = None if bound.hi is None else max(bound.hi - 1, 0)
+        out.append((bound.value, Idx(c64(0), True, 0, hi)))
+    return out
+
+
+def domain_loop(em: Emitter, op: ops.RegionOp, body: Callable[[list[Idx]], None],
                 reverse: bool = False) -> None:
-    """Lexicographic iteration over a box (first axis outermost); `reverse` is its exact
-    reverse. Region indices are the same for every packed program (uniform)."""
+    """Lexicographic iteration over `op`'s domain (first axis outermost); `reverse` is its
+    exact reverse (every axis reversed: the axes are independent). Static axes are counted
+    loops over their extent; a dynamic axis runs its bound's value times (none when it is
+    negative). Region indices are the same for every packed program (uniform)."""
+    axes = domain_extents(em, op)
     indices: list[Idx] = []
 
     def level(k: int) -> None:
-        if k == len(domain):
+        if k == len(axes):
             body(list(indices))
             return
-        extent = domain[k][1]
+        count, coord = axes[k]
 
         def step(i: ir.Value) -> None:
-            indices.append(Idx(i, True, 0, extent - 1))
+            indices.append(Idx(i, True, coord.lo, coord.hi))
             level(k + 1)
             indices.pop()
 
-        em.for_range(extent, step, unroll=False, reverse=reverse, name=f"r{k}")
+        em.for_range(count, step, unroll=False, reverse=reverse, name=f"r{k}")
 
-    if any(e == 0 for _, e in domain):
+    if any(count == 0 for count, _ in axes if isinstance(count, int)):
         return
     level(0)
 

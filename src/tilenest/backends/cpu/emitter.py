@@ -178,9 +178,18 @@ class Emitter:
         loop_id.operands = (loop_id, *options)  # a loop ID refers to itself (LangRef)
         back_edge.set_metadata("llvm.loop", loop_id)
 
-    def for_range(self, n: int, body: Callable[[ir.Value], None], *, unroll: bool,
+    def for_range(self, n: int | ir.Value, body: Callable[[ir.Value], None], *, unroll: bool,
                   reverse: bool = False, name: str = "i") -> None:
-        """Iterate 0..n-1 (or n-1..0), unrolled at compile time when asked."""
+        """Iterate 0..n-1 (or n-1..0), unrolled at compile time when asked. A run-time count
+        (an i64 `ir.Value`) is a counted loop, never unrolled here; a negative count runs
+        zero times (the compare is signed)."""
+        if not isinstance(n, int):
+            if reverse:
+                last = self.b.sub(n, c64(1))
+                self.loop(0, n, lambda i: body(self.b.sub(last, i)), name=name)
+            else:
+                self.loop(0, n, body, name=name)
+            return
         if n <= 0:
             return
         if unroll:

@@ -57,7 +57,7 @@ def fusable_reductions(fn: Function) -> list[ops.Reduce]:
     uses = UseInfo.of(fn)
     out = []
     for op in fn.walk():
-        if not isinstance(op, ops.Reduce) or op.order != "unordered_tree":
+        if not isinstance(op, ops.Reduce) or op.order != "unordered_tree" or op.is_dynamic:
             continue
         closed = closed_states(op)
         fast = axis_reduction(op, closed) if closed else None

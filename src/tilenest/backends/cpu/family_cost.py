@@ -44,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from tilenest.analysis.trips import Trips, trip_counts
 from tilenest.backends.cpu.caches import last_level_cache_bytes
 from tilenest.backends.cpu.vecmath import body_stats
 from tilenest.errors import ArgumentError
@@ -84,15 +85,22 @@ def _elements(shape: tuple) -> int:
     return n
 
 
-def _programs(fn: Function) -> dict[int, int]:
-    """id(op) -> how many times it runs (the product of the enclosing region domains)."""
-    counts: dict[int, int] = {}
+def _programs(fn: Function) -> dict[int, float]:
+    """id(op) -> how many times it runs (the product of the enclosing region domains; a
+    dynamic one at its expected trips, `analysis.trips`)."""
+    counts: dict[int, float] = {}
+    trips: dict[ops.RegionOp, Trips] | None = None
 
-    def visit(region_ops: list[Op], times: int) -> None:
+    def visit(region_ops: list[Op], times: float) -> None:
+        nonlocal trips
         for op in region_ops:
             counts[id(op)] = times
-            domain = op.domain if isinstance(op, ops.RegionOp) else None
-            inner = times * _elements(tuple(e for _, e in domain)) if domain else times
+            inner = times
+            if isinstance(op, ops.RegionOp) and op.is_dynamic:
+                trips = trip_counts(fn) if trips is None else trips
+                inner = times * trips[op].expected
+            elif isinstance(op, ops.RegionOp):
+                inner = times * _elements(op.static_extents("family prices"))
             if isinstance(op, ops.Map):  # its body runs once per element of the result tile
                 t = op.results[0].type
                 inner = times * (_elements(t.shape) if isinstance(t, TileType) else 1)

@@ -8,11 +8,13 @@ changes.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from math import prod
 from typing import Any
 
+from tilenest.analysis.trips import Trips, trip_counts
 from tilenest.errors import BackendError
 from tilenest.ir import ops
-from tilenest.ir.core import Function
+from tilenest.ir.core import Function, Value
 
 MATRIX_ATOMS = ("ordered", "microkernel")
 MATH_INTERLEAVES = (1, 2, 4, 8)
@@ -91,6 +93,14 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
             isinstance(t, int) and t >= 1 for t in trav)):
         raise _fail("program_traversal", f"must be (group rows, group columns) >= 1, got "
                                          f"{trav!r}")
+    varying = lane_varying_extents(fn) if lanes > 1 else []
+    if varying:
+        op = varying[0]
+        raise _fail("local_lanes", f"the {op.name} at {op.loc} has a dynamic trip count that "
+                                   "may differ between the programs of one packet (it reads "
+                                   "a program's coordinates or its loaded values); one "
+                                   "program per lane needs a trip count the packet shares: "
+                                   f"use local_lanes={packet_width} (one program per packet)")
     for op in root_parallels(fn):
         rank = len(op.domain)
         if trav != (1, 1) and rank < 2:
@@ -100,6 +110,30 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
         if order is not None and sorted(order) != list(range(rank)):
             raise _fail("root_axis_order", f"{order} is not a permutation of the {rank} root "
                                            f"axes of the parallel at {op.loc}")
+
+
+def lane_varying_extents(fn: Function) -> list[ops.RegionOp]:
+    """Region ops whose dynamic extents may differ between the programs of one packet.
+
+    Programs packed side by side (one per lane) share one loop per region, so a dynamic
+    trip count must be the same for all of them. A value may differ between programs when
+    it derives from a root coordinate (through index arithmetic, loads at such origins,
+    `tn.index` of such tiles, elementwise ops), or when it is a carried value (their
+    buffers are per lane in a packet, whatever they hold). Conservative: a value the
+    emitter would make uniform may be counted as varying, never the reverse."""
+    varying: set[Value] = set()
+    for root in root_parallels(fn):
+        varying.update(root.coords)
+    found: list[ops.RegionOp] = []
+    for op in fn.walk():  # pre-order: every value is defined before its uses
+        if isinstance(op, ops.RegionOp):
+            if any(v in varying for v in op.bounds):
+                found.append(op)
+            varying.update(op.carried)
+            varying.update(op.results)
+        elif any(v in varying for v in op.operands):
+            varying.update(op.results)
+    return found
 
 
 def programs_per_packet(plan: CpuPlan, packet_width: int) -> int:
@@ -127,12 +161,15 @@ def default_partitions(fn: Function) -> int:
     """The rule for `reduction_partitions` until the cost model prices it: long closed
     reductions use 16 partial accumulators (a full vector on AVX-512, two on AVX2: measured
     1.3x faster for softmax rows of 4096), short ones the default 4."""
+    trips: dict[ops.RegionOp, Trips] | None = None
     for op in fn.walk():
         if not isinstance(op, ops.Reduce) or op.order != "unordered_tree":
             continue
-        n = 1
-        for _, e in op.domain:
-            n *= e
+        if op.is_dynamic:  # priced at its expected trips (analysis.trips)
+            trips = trip_counts(fn) if trips is None else trips
+            n = trips[op].expected
+        else:
+            n = prod(op.static_extents("reduction_partitions"))
         if n >= 256:
             return 16
     return 4

@@ -9,98 +9,38 @@
   index order, then `init ⊕ tree` (the reference interpreter's grouping).
 A reduction of one contiguous tile axis (what `tn.sum(x, axis=...)` lowers to) takes a fast
 path with the same partition model, accumulating P lanes at a time in registers.
+
+A dynamic domain (its trip count known only at run time) keeps every contract with the same
+groupings (partials.py): the strict folds and open states are the same ordered loop, closed
+`unordered_tree` states the P partitions of which the first min(n, P) received any (merged
+by a tree of run-time width), `ordered_tree` the balanced tree built as the contributions
+arrive. It never takes the axis fast path.
 """
 
 from __future__ import annotations
 
+from math import prod
+
 from llvmlite import ir
 
+from tilenest.analysis.index_ranges import I64_MAX
 from tilenest.analysis.reductions import ClosedState, axis_reduction, closed_states
 from tilenest.analysis.uses import region_of
 from tilenest.backends.cpu import scalars as sc
-from tilenest.backends.cpu.carries import Carries, domain_loop
+from tilenest.backends.cpu.carries import Carries, domain_extents, domain_loop
 from tilenest.backends.cpu.emitter import Emitter, c64
-from tilenest.backends.cpu.reprs import Arr, Idx, Recipe, Tile
+from tilenest.backends.cpu.partials import (
+    CountingTree,
+    DynamicPartials,
+    StaticPartials,
+    combine,
+)
+from tilenest.backends.cpu.reprs import Arr, Idx, Recipe
 from tilenest.backends.cpu.rules import lower_op, lowering
 from tilenest.backends.cpu.rules_regions import ordered_loop
 from tilenest.ir import ops
 from tilenest.ir.core import Value
 from tilenest.ir.types import TileType
-
-
-def _combine(b: ir.IRBuilder, name: str, dtype, x: ir.Value, y: ir.Value) -> ir.Value:
-    """`x ⊕ y` by the combiner called `name` (the name of the state's combine op)."""
-    return sc.BINARY[name](b, dtype, x, y)
-
-
-def _flat_extent(domain: tuple) -> int:
-    n = 1
-    for _, e in domain:
-        n *= e
-    return n
-
-
-# Partition counts above this merge in one counted loop per tree level (code of O(log n)
-# size) rather than one unrolled combine per pair: an `ordered_tree` over n contributions
-# has n partitions (measured: n=200 in per-lane mode took minutes to compile unrolled).
-UNROLLED_MERGE_MAX = 8
-
-
-def _combine_into(em: Emitter, name: str, left: Arr, right: Arr) -> None:
-    b = em.b
-    em.for_each(left.shape, left.uniform, lambda c, lane: left.store(
-        b, c, lane, _combine(b, name, left.dtype, left.load(b, c, lane),
-                             right.load(b, c, lane))))
-
-
-def _merge(em: Emitter, name: str, partitions: _Partitions) -> Arr:
-    """The balanced pairwise tree over the partitions in order (`_balanced_merge`); past
-    `UNROLLED_MERGE_MAX` as loops: level k (stride s = 2^k) combines i ⊕ i+s into i for
-    every i in 0, 2s, 4s, ... with i + s < n, which is the same grouping (an odd buffer at
-    the end of a level is carried up unchanged in both forms)."""
-    n = partitions.count
-    if n <= UNROLLED_MERGE_MAX:
-        return _balanced_merge(em, name, partitions.bufs)
-    b = em.b
-    s = 1
-    while s < n:
-        pairs = (n - s - 1) // (2 * s) + 1
-
-        def pair(j: ir.Value, s: int = s) -> None:
-            i = b.mul(j, c64(2 * s))
-            _combine_into(em, name, partitions.view(i), partitions.view(b.add(i, c64(s))))
-
-        em.loop(0, pairs, pair, name=f"tree{s}", unroll=False)
-        s *= 2
-    return partitions.bufs[0]
-
-
-def _balanced_merge(em: Emitter, name: str, bufs: list[Arr]) -> Arr:
-    """Pairwise tree in order, combining into the left buffer of each pair."""
-    level = list(bufs)
-    while len(level) > 1:
-        nxt = []
-        for i in range(0, len(level) - 1, 2):
-            _combine_into(em, name, level[i], level[i + 1])
-            nxt.append(level[i])
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level = nxt
-    return level[0]
-
-
-def _finish(em: Emitter, op: ops.Reduce, state: ClosedState, init: Tile, merged: Arr | None) -> Arr:
-    t = op.results[state.position].type
-    assert isinstance(t, TileType)
-    out = em.new_array(t.dtype, t.shape, init.uniform and (merged is None or merged.uniform),
-                       owner=op.results[state.position])
-    b = em.b
-    if merged is None:
-        em.copy(init, out)
-    else:
-        em.for_each(out.shape, out.uniform, lambda c, lane: out.store(b, c, lane, _combine(
-            b, state.combine.name, t.dtype, init.load(b, c, lane), merged.load(b, c, lane))))
-    return out
 
 
 def _fast_axis(em: Emitter, op: ops.Reduce, take: ops.Take, state: ClosedState) -> bool:
@@ -154,7 +94,7 @@ def _fast_axis(em: Emitter, op: ops.Reduce, take: ops.Take, state: ClosedState) 
     def step(g: ir.Value, vals: list[ir.Value]) -> list[ir.Value]:
         v = vector(coords_now[0], b.mul(g, c64(p)))
         if not minmax:
-            return [_combine(b, name, t.dtype, vals[0], v)]
+            return [combine(b, name, t.dtype, vals[0], v)]
         # max/min: the result chain is a plain integer max/min of IEEE-ordered keys (one
         # pmaxs/pmins per step, -0.0 < +0.0 for free). A second chain keeps the opposite
         # extremum of the keys: a NaN's key lies outside [key(-inf), key(+inf)] (above it
@@ -215,17 +155,17 @@ def _finish_row(em: Emitter, name: str, dtype, parts: list[ir.Value], n: int, el
     parts = list(parts)
     if p:
         for k in range(n - groups * p):
-            parts[k] = _combine(b, name, dtype, parts[k], element(groups * p + k))
+            parts[k] = combine(b, name, dtype, parts[k], element(groups * p + k))
     else:
         parts = [element(k) for k in range(n)]
     level = parts
     while len(level) > 1:
-        nxt = [_combine(b, name, dtype, level[i], level[i + 1])
+        nxt = [combine(b, name, dtype, level[i], level[i + 1])
                for i in range(0, len(level) - 1, 2)]
         if len(level) % 2:
             nxt.append(level[-1])
         level = nxt
-    put(start if not level else _combine(b, name, dtype, start, level[0]))
+    put(start if not level else combine(b, name, dtype, start, level[0]))
 
 
 # Combines whose partitions the materializing loop can accumulate (max/min keep their key
@@ -252,6 +192,7 @@ def _fusable_reduction(em: Emitter, v: Value, r: Recipe
         red = body.parent if body is not None else None
         if (not isinstance(user, ops.Take) or not isinstance(red, ops.Reduce)
                 or red.parent is not region_of(v) or red.order != "unordered_tree"
+                or red.is_dynamic
                 or user.axis != t.rank - 1):
             continue
         closed = closed_states(red)
@@ -313,7 +254,7 @@ def materialize_with_reduction(em: Emitter, v: Value, r: Recipe) -> Arr | None:
                 compute(b.mul(g, c64(p)), count * p)
                 acc = vals[0]
                 for u in range(count):
-                    acc = _combine(b, name, t.dtype, acc, group(b.add(g, c64(u))))
+                    acc = combine(b, name, t.dtype, acc, group(b.add(g, c64(u))))
                 return [acc]
 
             return step
@@ -359,39 +300,6 @@ def _finish_fused(em: Emitter, op: ops.Reduce) -> None:
     em.env[op.results[0]] = out
 
 
-class _Partitions:
-    """`count` partial buffers for one closed state, in one partition-major allocation."""
-
-    def __init__(self, em: Emitter, op: ops.Reduce, state: ClosedState, count: int) -> None:
-        t = op.results[state.position].type
-        assert isinstance(t, TileType)
-        self.em, self.state, self.count = em, state, count
-        whole = em.new_array(t.dtype, (max(1, count),) + t.shape, em.lanes == 1)
-        self.slab = whole.strides[0]
-        self.whole = whole
-        self.dtype = t.dtype
-        self.bufs = [self.view(c64(k)) for k in range(count)]
-
-    def view(self, part: ir.Value) -> Arr:
-        w = self.whole
-        off = self.em.b.mul(part, c64(self.slab)) if not isinstance(part, ir.Constant) else \
-            c64(part.constant * self.slab)
-        return Arr(w.ptr, w.dtype, w.shape[1:], w.strides[1:], w.lane_stride, off)
-
-    def add(self, part: ir.Value, first: ir.Value, contribution: Tile) -> None:
-        """partials[part] = c (its first contribution), else partials[part] ⊕ c."""
-        em, b = self.em, self.em.b
-        name = self.state.combine.name
-        buf = self.view(part)
-        with b.if_else(first) as (then, otherwise):
-            with then:
-                em.copy(contribution, buf)
-            with otherwise:
-                em.for_each(buf.shape, buf.uniform, lambda c, lane: buf.store(
-                    b, c, lane, _combine(b, name, self.dtype, buf.load(b, c, lane),
-                                         contribution.load(b, c, lane))))
-
-
 @lowering(ops.Reduce)
 def _reduce(em: Emitter, op: ops.Reduce) -> None:
     order = op.order
@@ -405,7 +313,10 @@ def _reduce(em: Emitter, op: ops.Reduce) -> None:
     if not closed:
         ordered_loop(em, op)
         return
-    fast = axis_reduction(op, closed) if order == "unordered_tree" else None
+    # The axis fast path reduces the whole tile axis: never a dynamic domain (its trip count
+    # is known only at run time, not the tile's extent).
+    fast = axis_reduction(op, closed) if order == "unordered_tree" and not op.is_dynamic \
+        else None
     if fast is not None and _fast_axis(em, op, *fast):
         return
     _partitioned(em, op, closed, order)
@@ -413,15 +324,11 @@ def _reduce(em: Emitter, op: ops.Reduce) -> None:
 
 def _partitioned(em: Emitter, op: ops.Reduce, closed: dict[int, ClosedState],
                  order: str) -> None:
-    domain = op.domain
-    n = _flat_extent(domain)
     body = op.body
     coords, carried = op.coords, op.carried
-    parts = n if order == "ordered_tree" else min(n, em.plan.reduction_partitions)
-    p = n if order == "ordered_tree" else em.plan.reduction_partitions
     open_pos = [i for i in range(len(op.inits)) if i not in closed]
     carries = Carries(em, op, open_pos)
-    partitions = {pos: _Partitions(em, op, st, parts) for pos, st in closed.items()}
+    sinks = {pos: _partials(em, op, st, order) for pos, st in closed.items()}
     combines = {st.combine: st for st in closed.values()}
     b = em.b
     counter = em.alloca(sc.I64, 1)
@@ -440,8 +347,7 @@ def _partitioned(em: Emitter, op: ops.Reduce, closed: dict[int, ClosedState],
                 lower_op(em, inner)
                 continue
             contribution = em.tile(inner.operands[1 - st.state_operand])
-            part = b.urem(flat, c64(p)) if p > 0 else flat
-            partitions[st.position].add(part, b.icmp_signed("<", flat, c64(p)), contribution)
+            sinks[st.position].add(flat, contribution)
             em.env[inner.result] = Recipe(contribution.dtype, contribution.shape, True,
                                           lambda bb, c, lane: ir.Constant(sc.I1, 0))
         term = body.terminator
@@ -449,12 +355,28 @@ def _partitioned(em: Emitter, op: ops.Reduce, closed: dict[int, ClosedState],
         carries.update({pos: em.tile(term.values[pos]) for pos in open_pos})
         b.store(b.add(flat, c64(1)), counter)
 
-    domain_loop(em, domain, iteration)
+    domain_loop(em, op, iteration)
     results = carries.results()
     for pos, arr in results.items():
         arr.owner = op.results[pos]
         em.env[op.results[pos]] = arr
+    count = b.load(counter)
     for pos, st in closed.items():
-        init = em.tile(op.inits[pos])
-        merged = _merge(em, st.combine.name, partitions[pos]) if parts else None
-        em.env[op.results[pos]] = _finish(em, op, st, init, merged)
+        em.env[op.results[pos]] = sinks[pos].result(em.tile(op.inits[pos]), count)
+
+
+def _partials(em: Emitter, op: ops.Reduce, state: ClosedState, order: str
+              ) -> StaticPartials | CountingTree:
+    """The partition model of a domain of static size; over a dynamic one, P run-time
+    partitions (`unordered_tree`) or the tree built as contributions arrive (`ordered_tree`,
+    sized by the most contributions the bounds' intervals allow)."""
+    if not op.is_dynamic:
+        return StaticPartials(em, op, state, prod(op.static_extents("reduce")), order)
+    if order != "ordered_tree":
+        return DynamicPartials(em, op, state)
+    most = 1
+    for _, coord in domain_extents(em, op):
+        if coord.hi is None:
+            return CountingTree(em, op, state, I64_MAX)
+        most = min(I64_MAX, most * (coord.hi + 1))
+    return CountingTree(em, op, state, most)

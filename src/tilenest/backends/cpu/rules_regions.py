@@ -2,7 +2,9 @@
 
 Nested `parallel` instances run one after another inside their program (any order is
 legal). `pipeline` is an ordered loop whose stages are source-order phase cuts; no
-physical overlap is claimed on the CPU.
+physical overlap is claimed on the CPU. A dynamic extent is a run-time counted loop
+(`carries.domain_loop`); a negative one runs zero times and leaves the carries at their
+initial values.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def _parallel(em: Emitter, op: ops.Parallel) -> None:
             em.env[arg] = i
         lower_ops(em, body.ops)
 
-    domain_loop(em, op.domain, iteration)
+    domain_loop(em, op, iteration)
 
 
 def ordered_loop(em: Emitter, op: ops.RegionOp, reverse: bool = False) -> None:
@@ -50,7 +52,7 @@ def ordered_loop(em: Emitter, op: ops.RegionOp, reverse: bool = False) -> None:
         assert isinstance(term, ops.Yield)
         carries.update({pos: em.tile(v) for pos, v in enumerate(term.values)})
 
-    domain_loop(em, op.domain, iteration, reverse=reverse)
+    domain_loop(em, op, iteration, reverse=reverse)
     for pos, arr in carries.results().items():
         arr.owner = op.results[pos]
         em.env[op.results[pos]] = arr
