@@ -76,6 +76,14 @@ def pipelined_smem_bytes(fn: Function, plan: object) -> int:
     return stages * smem_per_stage(fn, getattr(plan, "min_dot_extent", 16))
 
 
+def reduce_loops(op: object) -> bool:
+    """A `reduce` realized as a loop (which pipelines like `serial`): a dynamic domain, whose
+    length no tile axis has, or a strict fold. The static tree contracts over one axis are
+    vectorized (no loop); `rules_reduce` decides the same way."""
+    return isinstance(op, ops.Reduce) and (op.is_dynamic or
+                                           op.order in ("fold_left", "fold_right"))
+
+
 def smem_per_stage(fn: Function, min_dot: int, layout: BlockLayout | None = None) -> int:
     """Padded bytes one pipeline stage buffers: the largest over loops without stores
     (`layout`: the function's BlockLayout at `min_dot`, when the caller has it)."""
@@ -83,7 +91,7 @@ def smem_per_stage(fn: Function, min_dot: int, layout: BlockLayout | None = None
         BlockLayout(fn, min_dot)
     worst = 0
     for op in fn.walk():
-        if not isinstance(op, ops.LOOP_OPS) or loop_has_store(op):
+        if not (isinstance(op, ops.LOOP_OPS) or reduce_loops(op)) or loop_has_store(op):
             continue
         loaded = 0
         for inner in op.body.ops:

@@ -39,6 +39,7 @@ from tilenest.backends.cuda.rules_regions import (
     carried_loop,
     domain_loops,
     loop_carries,
+    loop_stages,
     trip_bound,
     update_carries,
 )
@@ -153,7 +154,9 @@ def _reduce(em: Emitter, op: ops.Reduce) -> None:
         raise BackendError("an ordered_tree reduction whose body is not `take` + combine has "
                            "no cuda emitter (write it as tn.sum/max/min over an axis, or "
                            "use fold_left)", loc=op.loc)
-    carried_loop(em, op, reverse=order == "fold_right", stages=1)
+    # Iterations still run one after another in order: prefetching the loads of later
+    # iterations (num_stages) changes no result, as for `serial` (loop_stages).
+    carried_loop(em, op, reverse=order == "fold_right", stages=loop_stages(em, op))
 
 
 def _counted_tree(em: Emitter, op: ops.Reduce, closed: dict[int, ClosedState]) -> None:

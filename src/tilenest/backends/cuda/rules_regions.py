@@ -157,12 +157,17 @@ def _distinct_copy(b: Block) -> str:
     return f"({b.name} + 0)"
 
 
+def loop_stages(em: Emitter, op: ops.RegionOp) -> int:
+    """The plan's `num_stages` for a loop that may prefetch (pipelinable, no barrier inside:
+    a barrier orders its accesses and prefetching loads past it would not), else 1."""
+    ordered = region_has_barrier(op.body, em.barriers)
+    return getattr(em.facts.plan, "num_stages", 1) if pipelinable(em, op) and not ordered \
+        else 1
+
+
 @lowering(ops.Serial, ops.Pipeline)
 def _loop(em: Emitter, op: ops.RegionOp) -> None:
-    # A barrier inside the body orders its accesses; prefetching loads past it would not.
-    ordered = region_has_barrier(op.body, em.barriers)
-    stages = getattr(em.facts.plan, "num_stages", 1) if pipelinable(em, op) and not ordered \
-        else 1
+    stages = loop_stages(em, op)
     split = em.split
     if split is not None and op is split.site.loop:
         if split.partial:
