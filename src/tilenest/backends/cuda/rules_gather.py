@@ -1,7 +1,8 @@
 """`gather` and `scatter`: `tl.load` / `tl.store` of per-element pointers with a range mask.
 
-Each element's address is `param + Σ coordinate · stride` in int64, its coordinate along the
-axis being origin + position (the position widened exactly with `tl.cast`; a u64 beyond the
+Each element's address is `param + Σ coordinate · stride` in int64 (a lane coordinate
+stays i32 where its interval proves the product fits), its coordinate along the axis being
+origin + position (the position widened exactly with `tl.cast`; a u64 beyond the
 i64 range wraps negative and is out of range, as its value is). The mask keeps an element
 whose position is inside [0, extent) of the view's axis and whose coordinates are inside the
 tensor (terms dropped where the origin's interval proves them), and never a padding lane.
@@ -17,7 +18,7 @@ every pair of addresses inside the tile (O(n²) in the block's lanes). Tiles of 
 
 from __future__ import annotations
 
-from tilenest.backends.cuda.emitter import Block, Emitter
+from tilenest.backends.cuda.emitter import Block, Emitter, Idx
 from tilenest.backends.cuda.rules import lowering
 from tilenest.backends.cuda.rules_tile import literal
 from tilenest.errors import TileError
@@ -25,6 +26,19 @@ from tilenest.ir import ops
 from tilenest.ir.types import TensorType
 
 MAX_SCATTER_LANES = 4096  # the pairwise collision mask is a lanes x lanes block
+
+
+I32_MAX = 2**31 - 1
+
+
+def _fits_i32(origin: Idx, padded: int, stride: int) -> bool:
+    """Whether (origin + lane) * stride stays an i32 over the block's lanes (then the lane
+    coordinate needs no 64-bit arithmetic; the gathered axis's term is i64 and the sum
+    follows it)."""
+    if not origin.bounded():
+        return False
+    reach = max(abs(origin.lo), abs(origin.hi) + padded)  # type: ignore[arg-type]
+    return reach * max(1, abs(stride)) <= I32_MAX
 
 
 def _elements(em: Emitter, op: ops.Gather | ops.Scatter, positions: Block
@@ -51,7 +65,12 @@ def _elements(em: Emitter, op: ops.Gather | ops.Scatter, positions: Block
             continue
         # The local coordinate is in [0, e): the gathered one where the view's term holds
         # (the mask is a conjunction), the others by construction.
-        local = k if axis == op.axis else f"{em.arange(padded[j], j, rank)}.to(tl.int64)"
+        if axis == op.axis:
+            local = k
+        else:
+            local = em.arange(padded[j], j, rank)
+            if not _fits_i32(origin, padded[j], stride):
+                local = f"{local}.to(tl.int64)"
         j += 1
         c = local if origin.const == 0 else em.assign(f"{origin.expr} + {local}", "c")
         if origin.lo is None or origin.lo < 0:
