@@ -190,12 +190,13 @@ def test_negative_extents_count_zero() -> None:
 
 def test_jagged_loop_is_assumed_from_the_argument_shapes() -> None:
     """The extent reads loaded offsets: each is assumed in [0, 24] (X's 24 elements, the
-    largest axis), so cdiv(hi - lo, 8) is at most 3; half of it is expected."""
+    largest axis), so cdiv(hi - lo, 8) is at most 3; the 5 segments that load them are
+    assumed to split that work: 3 / 5 expected each."""
     off = np.array([0, 3, 3, 20, 21, 19], np.int32)
     fn = jagged_sum.ir(_f32(24), off, _f32(5))
     [(_, trips)] = _dynamic(fn)
-    assert trips == Trips(1.5, 3, ASSUMED)
-    assert "data-dependent (assumed from the argument shapes): expected 1.5, max 3" \
+    assert trips == Trips(0.6, 3, ASSUMED)
+    assert "data-dependent (assumed from the argument shapes): expected 0.6, max 3" \
         in trips.describe()
 
 
@@ -252,7 +253,7 @@ def test_explain_prints_each_dynamic_region_with_its_basis_at_its_line() -> None
     off = np.array([0, 3, 3, 20, 21, 19], np.int32)
     text = render(_plan(jagged_sum.ir(_f32(24), off, _f32(5))))
     assert ("(`for step in nest.serial(tn.cdiv(hi - lo, BLOCK)):`): dynamic trip count, "
-            "data-dependent (assumed from the argument shapes): expected 1.5, max 3") in text
+            "data-dependent (assumed from the argument shapes): expected 0.6, max 3") in text
     assert "trips: " not in render(_plan(fixed_sum.ir(_f32(64), _f32(64))))
 
 

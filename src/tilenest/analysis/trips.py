@@ -13,8 +13,11 @@ bounds it but the interval of the loaded type; it is then priced at an assumptio
 such: every loaded index lies in [0, the largest axis of any tensor argument] (offsets and
 positions into the arguments), the interval of the extent under that assumption gives its
 maximum, capped by that largest axis (a loop longer than every tensor would touch no new
-memory), and each dynamic axis is expected to run half its maximum. `explain()` prints the
-basis.
+memory). Its expectation assumes that the instances which load the bounds split that work
+between them (jagged offsets partition the rows among the segments): the maximum divided by
+the number of instances along the enclosing axes the loaded positions depend on (`b` in
+`Off[b]`, `Off[b + 1]`), or half the maximum when the positions depend on no axis.
+`explain()` prints the basis.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from math import prod
 from tilenest.analysis.index_ranges import BINARY_RULES, Interval, dtype_range, index_ranges
 from tilenest.ir import ops
 from tilenest.ir.core import Function, Op, Region, Value
-from tilenest.ir.types import TensorType
+from tilenest.ir.types import INDEX, TensorType
 
 INSTANCES = 4096  # enclosing instances evaluated per dynamic region (sampled past this)
 
@@ -243,15 +246,46 @@ class _Context:
         return self._assumed
 
 
-def _assumed_trips(op: ops.RegionOp, ctx: _Context) -> Trips:
+def _load_positions(values: Iterable[Value]) -> set[Value]:
+    """The region coordinates that the positions of the loads feeding `values` depend on."""
+    coords: set[Value] = set()
+    stack, seen = list(values), set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        op = v.owner
+        if isinstance(op, ops.IndexBinary):
+            stack.extend((op.lhs, op.rhs))
+        elif isinstance(op, ops.IndexFromTile) and isinstance(op.x.owner, ops.Load):
+            stack.extend(op.x.owner.indices)
+        elif not isinstance(op, Op) and v.type == INDEX:
+            coords.add(v)
+    return coords
+
+
+def _spread(op: ops.RegionOp, chain: list[ops.RegionOp]) -> int:
+    """Instances along the enclosing static axes that the loaded bounds' positions depend on."""
+    positions = _load_positions(_dynamic_values(op))
+    spread = 1
+    for outer in chain:
+        for coord, extent in zip(outer.coords, outer.extents, strict=True):
+            if coord in positions and isinstance(extent, int):
+                spread *= max(1, extent)
+    return spread
+
+
+def _assumed_trips(op: ops.RegionOp, ctx: _Context, chain: list[ops.RegionOp]) -> Trips:
     expected, maximum = 1.0, 1
     for e in op.extent_sources():
         if isinstance(e, int):
             expected, maximum = expected * e, maximum * e
             continue
         hi = max(0, min(int(ctx.assumed.get(e, (0, ctx.cap))[1]), ctx.cap))
-        expected, maximum = expected * hi / 2, maximum * hi
-    return Trips(expected, maximum, ASSUMED)
+        expected, maximum = expected * hi, maximum * hi
+    spread = _spread(op, chain)
+    return Trips(expected / spread if spread > 1 else expected / 2, maximum, ASSUMED)
 
 
 def _dynamic_trips(op: ops.RegionOp, ctx: _Context) -> Trips:
@@ -262,7 +296,7 @@ def _dynamic_trips(op: ops.RegionOp, ctx: _Context) -> Trips:
         relevant |= more
         loaded = loaded or reads
     if loaded:
-        return _assumed_trips(op, ctx)
+        return _assumed_trips(op, ctx, chain)
     walk = _Enumeration(relevant)
     sources = op.extent_sources()
     total = parents = 0.0

@@ -188,7 +188,9 @@ def default_plan(fn: Function) -> CudaPlan:
     elements = _largest_tile(fn)
     warps = 1 if elements <= 256 else 2 if elements <= 1024 else 4 if elements <= 8192 else 8
     window = _max_window(fn)
-    has_loop = has_op(fn, ops.LOOP_OPS)
+    from tilenest.backends.cuda.resources import loops_as_loop  # resources sizes plans
+
+    has_loop = any(loops_as_loop(op) for op in fn.walk())
     stages = min(4, window + 1) if window else (3 if dot and has_loop else 1)
     return CudaPlan(group_rows=group_rows, num_warps=warps, num_stages=stages)
 

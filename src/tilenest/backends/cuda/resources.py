@@ -84,6 +84,12 @@ def reduce_loops(op: object) -> bool:
                                            op.order in ("fold_left", "fold_right"))
 
 
+def loops_as_loop(op: object) -> bool:
+    """A region realized as a device loop that `num_stages` pipelines: serial, pipeline, and
+    the loop-realized reduces."""
+    return isinstance(op, ops.LOOP_OPS) or reduce_loops(op)
+
+
 def smem_per_stage(fn: Function, min_dot: int, layout: BlockLayout | None = None) -> int:
     """Padded bytes one pipeline stage buffers: the largest over loops without stores
     (`layout`: the function's BlockLayout at `min_dot`, when the caller has it)."""
@@ -91,7 +97,7 @@ def smem_per_stage(fn: Function, min_dot: int, layout: BlockLayout | None = None
         BlockLayout(fn, min_dot)
     worst = 0
     for op in fn.walk():
-        if not (isinstance(op, ops.LOOP_OPS) or reduce_loops(op)) or loop_has_store(op):
+        if not loops_as_loop(op) or loop_has_store(op):
             continue
         loaded = 0
         for inner in op.body.ops:
@@ -192,8 +198,7 @@ def loop_trips(op: Op, counts: TripMap) -> float:
     expected trips)."""
     best = 0.0
     for inner in op.body.walk():
-        if isinstance(inner, ops.LOOP_OPS) and any(isinstance(x, ops.Load)
-                                                   for x in inner.body.walk()):
+        if loops_as_loop(inner) and any(isinstance(x, ops.Load) for x in inner.body.walk()):
             best = max(best, _trips(inner, counts))
     return best
 

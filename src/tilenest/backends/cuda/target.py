@@ -47,6 +47,7 @@ from tilenest.backends.cuda.resources import (
     BlockLayout,
     dot_tiles,
     loop_trips,
+    loops_as_loop,
     phase_work,
     region_trip_map,
     register_demand,
@@ -107,8 +108,7 @@ def explain(fn: Function, plan: CudaPlan, info: GpuInfo | None = None,
 
 
 def _has_loop_loads(fn: Function) -> bool:
-    return any(isinstance(op, ops.LOOP_OPS) and any(isinstance(x, ops.Load)
-                                                    for x in op.body.walk())
+    return any(loops_as_loop(op) and any(isinstance(x, ops.Load) for x in op.body.walk())
                for op in fn.walk())
 
 
@@ -149,7 +149,7 @@ class CudaTargetInfo:
         self.element_refusal = refusal(fn)
         self.split = split_site(fn)
         self.has_loop_loads = _has_loop_loads(fn)
-        self.loops = sum(1 for op in fn.walk() if isinstance(op, ops.LOOP_OPS))
+        self.loops = sum(1 for op in fn.walk() if loops_as_loop(op))
         layout = BlockLayout(fn, self.default.min_dot_extent)
         self.smem_per_stage = smem_per_stage(fn, self.default.min_dot_extent, layout)
         tiles = [(op, dot_tiles(op, layout, allow_tf32)) for op in root_parallels(fn)]
