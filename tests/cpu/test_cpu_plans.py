@@ -26,11 +26,17 @@ from tilenest.plan.search import PlanningError
 W = packet_width()
 
 
+# The data-dependent examples run every plan variant in f32 only (their f16 storage is the
+# same code path as the other examples', checked in tests/e2e/test_examples.py): their plans
+# take ~4 s each on the 2-core CI machine.
+_F32_ONLY = frozenset({"jagged_mean", "jagged_softmax", "moe"})
+
+
 def _cases() -> list:
     out = []
     for ex in EXAMPLES.values():
         out.append(pytest.param(ex, "f32", id=f"{ex.name}-f32"))
-        if "f16" in ex.dtypes:
+        if "f16" in ex.dtypes and ex.name not in _F32_ONLY:
             out.append(pytest.param(ex, "f16", id=f"{ex.name}-f16"))
     return out
 
