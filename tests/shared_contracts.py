@@ -89,3 +89,22 @@ def hammer(calls: list[Callable[[], None]], repeats: int) -> list[str]:
         t.join(timeout=300)
     assert not any(t.is_alive() for t in threads), "a calling thread hung"
     return outcomes
+
+
+# A jagged row sum over int32 offsets: one program per segment, a serial loop sized by the
+# loaded bounds (a negative length is empty); the cpu, cuda and planner dynamic-extent tests.
+@tn.kernel
+def jagged_sum(X, Off, Y, *, BLOCK=8):
+    (B,) = Y.shape
+    c = tn.axis("c", BLOCK)
+    for nest in tn.parallel(B):
+        b = nest.index()
+        lo = tn.index(Off.tile((b,), ()).load())
+        hi = tn.index(Off.tile((b + 1,), ()).load())
+        acc = tn.zeros((), tn.f32)
+        for step in nest.serial(tn.cdiv(hi - lo, BLOCK)):
+            p = lo + step.index() * BLOCK
+            x = X.tile((p,), (c,)).load()
+            x = tn.where(tn.arange(c) < hi - p, x, 0.0)
+            acc = acc + tn.sum(x, axis=c)
+        Y.tile((b,), ()).store(acc)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 from tests.cpu.test_cpu_reductions import COMBINES, assert_bitwise, partition_model
+from tests.shared_contracts import jagged_sum
 
 import tilenest as tn
 from tilenest.backends.cpu.emit import emit_module
@@ -89,23 +90,6 @@ def _offsets(rng: np.random.Generator, segments: int, longest: int) -> np.ndarra
 
 
 # ---------------------------------------------------------------------- jagged rows
-
-
-@tn.kernel
-def jagged_sum(X, Off, Y, *, BLOCK=8):
-    (B,) = Y.shape
-    c = tn.axis("c", BLOCK)
-    for nest in tn.parallel(B):
-        b = nest.index()
-        lo = tn.index(Off.tile((b,), ()).load())
-        hi = tn.index(Off.tile((b + 1,), ()).load())
-        acc = tn.zeros((), tn.f32)
-        for step in nest.serial(tn.cdiv(hi - lo, BLOCK)):
-            p = lo + step.index() * BLOCK
-            x = X.tile((p,), (c,)).load()
-            x = tn.where(tn.arange(c) < hi - p, x, 0.0)
-            acc = acc + tn.sum(x, axis=c)
-        Y.tile((b,), ()).store(acc)
 
 
 def _jagged_model(x: np.ndarray, off: np.ndarray) -> np.ndarray:

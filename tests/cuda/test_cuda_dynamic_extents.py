@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from contract_common import assert_bitwise, eighths
+from tests.shared_contracts import jagged_sum
 
 import tilenest as tn
 from tilenest.backends.cuda.target import H200, plan_cuda
@@ -41,23 +42,6 @@ def _loops(source: str) -> list[tuple[str, int]]:
 
 
 # ---------------------------------------------------------------------- jagged rows
-
-
-@tn.kernel
-def jagged_sum(X, Off, Y, *, BLOCK=8):
-    (B,) = Y.shape
-    c = tn.axis("c", BLOCK)
-    for nest in tn.parallel(B):
-        b = nest.index()
-        lo = tn.index(Off.tile((b,), ()).load())
-        hi = tn.index(Off.tile((b + 1,), ()).load())
-        acc = tn.zeros((), tn.f32)
-        for step in nest.serial(tn.cdiv(hi - lo, BLOCK)):
-            p = lo + step.index() * BLOCK
-            x = X.tile((p,), (c,)).load()
-            x = tn.where(tn.arange(c) < hi - p, x, 0.0)
-            acc = acc + tn.sum(x, axis=c)
-        Y.tile((b,), ()).store(acc)
 
 
 def test_jagged_sum_with_empty_and_negative_segments(device: str) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests.shared_contracts import jagged_sum
 
 import tilenest as tn
 from tilenest.analysis.resources import ExecutionResources
@@ -93,23 +94,6 @@ def shifted(X, Y, *, SHIFT=3):
         for step in nest.serial(r - SHIFT):
             acc = acc + X.tile((step.index(),), ()).load()
         Y.tile((r,), ()).store(acc)
-
-
-@tn.kernel
-def jagged_sum(X, Off, Y, *, BLOCK=8):
-    (B,) = Y.shape
-    c = tn.axis("c", BLOCK)
-    for nest in tn.parallel(B):
-        b = nest.index()
-        lo = tn.index(Off.tile((b,), ()).load())
-        hi = tn.index(Off.tile((b + 1,), ()).load())
-        acc = tn.zeros((), tn.f32)
-        for step in nest.serial(tn.cdiv(hi - lo, BLOCK)):
-            p = lo + step.index() * BLOCK
-            x = X.tile((p,), (c,)).load()
-            x = tn.where(tn.arange(c) < hi - p, x, 0.0)
-            acc = acc + tn.sum(x, axis=c)
-        Y.tile((b,), ()).store(acc)
 
 
 def _f32(*shape: int) -> np.ndarray:
