@@ -131,5 +131,8 @@ def _scatter(em: Emitter, op: ops.Scatter) -> None:
     # Lane i is overwritten when a later in-range lane j > i writes the same address.
     later = em.assign(f"({offsets}[:, None] == {offsets}[None, :]) & {mask}[None, :] & "
                       f"({lane}[None, :] > {lane}[:, None])", "dup")
-    keep = em.assign(f"{mask} & (tl.max({later}.to(tl.int32), axis=1) == 0)", "keep")
+    # tl.reduce with the prelude's combine, not tl.max: tl.max is a jit function of
+    # triton.language.standard, which the interpreter cannot call when triton was imported
+    # before TRITON_INTERPRET=1 was set.
+    keep = em.assign(f"{mask} & (tl.reduce({later}.to(tl.int32), 1, tn_imax) == 0)", "keep")
     em.emit(f"tl.store({param} + {offsets}, {values}, mask={keep})")
