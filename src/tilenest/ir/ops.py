@@ -434,6 +434,10 @@ LOOP_OPS: tuple[type[Defined], ...] = (Serial, Pipeline)
 """The ordered loops (carried values, one iteration after another)."""
 
 
+# The op modules of issue 14 import this one; importing them here registers their classes.
+from tilenest.ir import ops_bits, ops_math, ops_scan, ops_shape  # noqa: E402, F401, I001
+
+
 def by_name(name: str) -> type[Defined]:
     """The catalog class of the op called `name` (KeyError when there is none)."""
     return CATALOG[name]  # type: ignore[return-value]

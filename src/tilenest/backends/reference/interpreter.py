@@ -13,10 +13,14 @@ from typing import Any
 import numpy as np
 
 from tilenest.backends.reference import (
+    rules_bits,
     rules_elementwise,
     rules_gather,
+    rules_math,
     rules_memory,
     rules_regions,
+    rules_scan,
+    rules_shape,
     rules_tile,
 )
 from tilenest.backends.reference.memory import TensorArg, bind_arguments
@@ -30,7 +34,8 @@ from tilenest.ir.core import Function, Op, Region, Value
 ORDERS = ("forward", "reverse", "shuffle")
 
 # The rule modules register themselves on import; keep the names referenced.
-_RULE_MODULES = (rules_elementwise, rules_gather, rules_memory, rules_regions, rules_tile)
+_RULE_MODULES = (rules_bits, rules_elementwise, rules_gather, rules_math, rules_memory,
+                 rules_regions, rules_scan, rules_shape, rules_tile)
 
 Override = Callable[[list[Any]], Sequence[Any]]
 

@@ -1,0 +1,3 @@
+"""The cuda rules of the shape ops: reshape, join and split (issue 14)."""
+
+from __future__ import annotations

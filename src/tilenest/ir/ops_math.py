@@ -1,0 +1,7 @@
+"""TileIR ops: sin, cos, erf, exp2, log2, pow (issue 14).
+
+Declared like the value ops in `tilenest.ir.ops` (which imports this module so that
+its classes register in the catalog); see `tilenest.ir.opdef`.
+"""
+
+from __future__ import annotations
