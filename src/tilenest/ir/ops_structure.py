@@ -82,13 +82,54 @@ class Load(Memory):
             raise VerifyError(self, f"tile<{tensor.dtype}> of shape {kept}", str(r))
 
 
+COMBINES = ("add", "max", "min")
+"""The combines of a combining store: `old + new`, IEEE maximum, IEEE minimum."""
+CONTRACTS = ("unordered", "deterministic")
+"""The ordering contracts of a combining store (see `Store`)."""
+
+
 class Store(Memory):
+    """A store; with `combine`, a combining store (an accumulation as an explicit effect).
+
+    A plain store writes each in-bounds element of the region. A combining store replaces
+    each in-bounds element `old` by `combine(old, new)`: "add" is `old + new` rounded to the
+    tensor's dtype (integers wrap), "max"/"min" are `tn.maximum`/`tn.minimum` (on floats
+    IEEE 754-2019 maximum/minimum: a NaN operand gives the canonical quiet NaN, and
+    -0.0 < +0.0). Within one instance stores stay in program order. Combining stores of one
+    combine by different `parallel` instances to the same element are legal: they meet in
+    some order of the contributions (the reference's race detector accepts them, but flags
+    a plain store, a load, or a combining store of another combine meeting them).
+
+    `contract` fixes which orders are allowed: "unordered" (the default) any order, so a
+    float "add" is not bitwise reproducible where the realization is atomic; "deterministic"
+    the same bits on every run, in the order of the instances (lexicographic, as the
+    reference's forward order). Integer combines and float max/min do not depend on the
+    order (bit for bit), so for them both contracts are the same."""
+
     __slots__ = ()
     NAME = "store"
-    SUMMARY = "write a tile into a tensor region (in-bounds elements)"
+    SUMMARY = ("write a tile into a tensor region (in-bounds elements), or combine it into "
+               "the elements there ('combine')")
     RESULTS = ()
     indices = Operand(INDEX, variadic=True)
     value = Operand(TILE)
+    combine = Attr(one_of(*COMBINES), optional=True,
+                   doc="combine(old, new) per element instead of a plain write")
+    contract = Attr(one_of(*CONTRACTS), optional=True,
+                    doc="the order contract of a combining store (default unordered)")
+
+    @property
+    def order_free(self) -> bool:
+        """Whether the final bits cannot depend on the order of the contributions: a plain
+        store, an integer combine, or a float max/min (exact and commutative)."""
+        if self.combine != "add":
+            return True
+        return not self.tensor.type.dtype.is_float
+
+    @property
+    def needs_order(self) -> bool:
+        """A deterministic combining store whose bits depend on the order (a float add)."""
+        return self.contract == "deterministic" and not self.order_free
 
     def verify_op(self) -> None:
         tensor = self.tensor.type
@@ -100,6 +141,14 @@ class Store(Memory):
             raise VerifyError(self, f"a stored tile of shape {kept}", str(t))
         if t.dtype != tensor.dtype:
             raise VerifyError(self, f"a stored tile of type {tensor.dtype}", str(t.dtype))
+        if self.combine is None:
+            if self.contract is not None:
+                raise VerifyError(self, "'contract' only with 'combine'",
+                                  f"contract {self.contract!r} on a plain store")
+            return
+        if tensor.dtype.is_bool:
+            raise VerifyError(self, "a combining store into an integer or float tensor",
+                              f"combine {self.combine!r} into {tensor.dtype}")
 
 
 class _AlongAxis(Memory):

@@ -126,6 +126,29 @@ class TensorView:
         self.tile(origin, shape).store(value)
 
 
+COMBINES = ("add", "max", "min")
+CONTRACTS = ("unordered", "deterministic")
+
+
+def _combine_attrs(view: TensorView, combine: Any, contract: Any, what: str
+                   ) -> dict[str, str]:
+    """The `combine`/`contract` attributes of a store (none for a plain store)."""
+    if combine is None:
+        if contract is not None:
+            raise CaptureError(f"{what}: contract={contract!r} needs a combining store "
+                               f"(combine=\"add\", \"max\" or \"min\")")
+        return {}
+    if combine not in COMBINES:
+        raise CaptureError(f"{what}: combine must be one of {COMBINES}, got {combine!r}")
+    contract = "unordered" if contract is None else contract
+    if contract not in CONTRACTS:
+        raise CaptureError(f"{what}: contract must be one of {CONTRACTS}, got {contract!r}")
+    if view.dtype.is_bool:
+        raise DTypeError(f"{what}: combine={combine!r} into a bool tensor; combining stores "
+                         f"take integer or float tensors")
+    return {"combine": combine, "contract": contract}
+
+
 def _split_key(view: TensorView, key: Any) -> tuple[Any, Any]:
     if not (isinstance(key, tuple) and len(key) == 2):
         raise ShapeError(f"{view.name}[origin, shape] expects an origin and a shape")
@@ -223,16 +246,28 @@ class ViewRegion:
         rt = TileType(self.view.dtype, lay.dims, lay.shape)
         return Tile(emit("load", self._operands(), (rt,), attrs).result)
 
-    def store(self, value: Any) -> None:
-        """Write `value` (a Tile or scalar, broadcast by dim identity) into the region."""
+    def store(self, value: Any, combine: str | None = None, contract: str | None = None
+              ) -> None:
+        """Write `value` (a Tile or scalar, broadcast by dim identity) into the region.
+
+        With `combine` ("add", "max" or "min") it is a combining store: each in-bounds
+        element `old` becomes `combine(old, new)` ("max"/"min" are `tn.maximum`/`tn.minimum`:
+        on floats a NaN operand gives the canonical NaN, -0.0 < +0.0). Combining stores of
+        one combine from different `parallel` instances to the same element are legal, not
+        races. `contract` is "unordered" (the default: any order of the contributions; a
+        float "add" then need not be bitwise reproducible) or "deterministic" (the same bits
+        on every run: the contributions in instance order, as the reference's forward
+        order). Integer combines and float max/min are exact in any order."""
+        what = f"store into {self.view.name}"
+        attrs = self._attrs() | _combine_attrs(self.view, combine, contract, what)
         tile = self._stored(value, "storing")
         lay = self.layout
-        src = align_to_region(tile.type, lay, f"store into {self.view.name}")
+        src = align_to_region(tile.type, lay, what)
         tile = broadcast_to(tile, lay, src)
         if tile.shape != lay.shape:
-            raise ShapeError(f"store into {self.view.name}: tile {describe(tile.type)} does not "
+            raise ShapeError(f"{what}: tile {describe(tile.type)} does not "
                              f"match region {describe(lay)}")
-        emit("store", (*self._operands(), tile.value), (), self._attrs())
+        emit("store", (*self._operands(), tile.value), (), attrs)
 
     # ------------------------------------------------------------------ along one axis
 

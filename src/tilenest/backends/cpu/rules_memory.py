@@ -4,6 +4,14 @@ Bounds use boxes, not per-element guards: per axis the in-bounds part of a regio
 interval [max(0, -o), min(E, N - o)); elements outside it read `fill` (loads) or are not
 written (stores). When the interval proof over the actual nest coordinates shows the
 whole region is inside the tensor, no box is computed at all.
+
+A combining store (`combine=`) updates each in-bounds element atomically, so blocks on any
+threads may meet at one element in any order: `atomicrmw add/max/min/umax/umin` for integers
+held in registers of their own width, otherwise a compare-and-swap loop on the element's bits
+that applies the scalar combine (the reference's rounding and IEEE maximum/minimum, NaN and
+-0.0 included). The "deterministic" contract of a float add is met by the plan, not here:
+`CpuPlan` validation admits only plans that run the programs on one thread in instance order
+(so the atomics there never contend).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from tilenest.backends.cpu.emitter import Emitter, c64
 from tilenest.backends.cpu.reprs import Arr, Idx, Tile
 from tilenest.backends.cpu.rules import lowering
 from tilenest.ir import ops
+from tilenest.ir.dtypes import DType
 from tilenest.ir.types import TensorType, TileType
 
 
@@ -146,11 +155,75 @@ def _load(em: Emitter, op: ops.Load) -> None:
     em.env[op.result] = dst
 
 
+_SIGNED_RMW = {"add": "add", "max": "max", "min": "min"}
+_UNSIGNED_RMW = {"add": "add", "max": "umax", "min": "umin"}
+_COMBINERS = {"add": "add", "max": "maximum", "min": "minimum"}
+
+
+def combine_element(em: Emitter, dtype: DType, combine: str, addr: ir.Value,
+                    new: ir.Value) -> None:
+    """memory[addr] = combine(memory[addr], new), atomically (`new` a register value)."""
+    b = em.b
+    mem_t = sc.memory_type(dtype)
+    if isinstance(mem_t, ir.IntType) and mem_t == sc.reg_type(dtype):
+        op = (_SIGNED_RMW if dtype.is_signed else _UNSIGNED_RMW)[combine]
+        b.atomic_rmw(op, addr, new, "monotonic")
+        return
+    bits_t = ir.IntType(mem_t.width if isinstance(mem_t, ir.IntType) else
+                        {ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}[type(mem_t)])
+    ptr = b.bitcast(addr, bits_t.as_pointer())
+    first = b.load_atomic(ptr, "monotonic", bits_t.width // 8)
+    before = b.block
+    loop = b.append_basic_block("cas")
+    done = b.append_basic_block("cas_done")
+    b.branch(loop)
+    b.position_at_end(loop)
+    old_bits = b.phi(bits_t)
+    old_bits.add_incoming(first, before)
+    old = sc.from_memory(b, dtype, b.bitcast(old_bits, mem_t))
+    value = sc.BINARY[_COMBINERS[combine]](b, dtype, old, new)
+    new_bits = b.bitcast(sc.to_memory(b, dtype, value), bits_t)
+    swapped = b.cmpxchg(ptr, old_bits, new_bits, "monotonic", "monotonic")
+    old_bits.add_incoming(b.extract_value(swapped, 0), b.block)
+    b.cbranch(b.extract_value(swapped, 1), done, loop)
+    b.position_at_end(done)
+
+
+def _combining_store(em: Emitter, op: ops.Store, region: Region, value: Tile) -> None:
+    b = em.b
+    dtype = region.tensor.dtype
+
+    def one_lane(lane: ir.Value | None) -> None:
+        dst = region.memory_view(lane)
+
+        def put(coords: list[ir.Value], _: ir.Value | None) -> None:
+            combine_element(em, dtype, op.combine, dst.address(b, coords, None),
+                            value.load(b, coords, lane))
+
+        bounds = None
+        if not region.proven:
+            bounds, full = region.box(lane)
+            if not region.kept:
+                with b.if_then(full, likely=True):
+                    em.for_each(region.extents, True, put)
+                return
+        em.for_each(region.extents, True, put, bounds=bounds)
+
+    # Every packed program contributes, also where their regions coincide (uniform origins).
+    if em.lanes == 1 or (region.uniform and value.uniform):
+        one_lane(None)
+    else:
+        em.for_range(em.lanes, one_lane, unroll=False, name="lane")
+
+
 @lowering(ops.Store)
 def _store(em: Emitter, op: ops.Store) -> None:
     region = Region(em, op, [em.idx(v) for v in op.indices])
     value: Tile = em.tile(op.value)
     b = em.b
+    if op.combine is not None:
+        _combining_store(em, op, region, value)
+        return
     streamed = _streams(em, region)
     cold = any(getattr(leaf, "cold", False) for leaf in value.leaves())
 

@@ -9,6 +9,13 @@ A scope's records are cleared when its parallel op finishes, so sequentially com
 sibling phases never race with each other. Loads and stores record the in-bounds box of
 their region; gathers and scatters only the elements they read or write (the in-range
 positions), not their whole view.
+
+Combining stores (`store(t, combine=...)`) are tracked apart from plain writes: up to two
+distinct combining children per unit and the combine they used. Children combining with the
+same combine do not race; a plain write or a read meeting another child's combining store
+does, and so does a combining store meeting another child's combining store of a different
+combine (a unit one child combined with two different combines counts as "mixed", which
+meets every other child's combine).
 """
 
 from __future__ import annotations
@@ -35,22 +42,29 @@ class _Group:
     unit: int
 
 
+_COMBINE_CODES = {"add": 1, "max": 2, "min": 3}
+_MIXED = np.int32(4)  # one child combined the unit with two different combines
+
+
 @dataclass
 class _Shadow:
     writer: np.ndarray
     reader_a: np.ndarray
     reader_b: np.ndarray
+    combiner_a: np.ndarray
+    combiner_b: np.ndarray
+    combine: np.ndarray
     touched: list[np.ndarray] = field(default_factory=list)
 
     @classmethod
     def empty(cls, n: int) -> _Shadow:
-        return cls(*(np.full(n, _NONE, dtype=np.int32) for _ in range(3)))
+        return cls(*(np.full(n, _NONE, dtype=np.int32) for _ in range(6)))
 
     def clear(self) -> None:
         for units in self.touched:
-            self.writer[units] = _NONE
-            self.reader_a[units] = _NONE
-            self.reader_b[units] = _NONE
+            for a in (self.writer, self.reader_a, self.reader_b, self.combiner_a,
+                      self.combiner_b, self.combine):
+                a[units] = _NONE
         self.touched.clear()
 
 
@@ -121,9 +135,10 @@ class RaceTracker:
         if self.scopes:
             self._access(op, arg, *element_addresses(arg, box), write=False)
 
-    def on_store(self, op: Op, arg: TensorArg, box: Box) -> None:
+    def on_store(self, op: Op, arg: TensorArg, box: Box, combine: str | None = None) -> None:
+        """A store's box; `combine`: the combine of a combining store (None: plain)."""
         if self.scopes:
-            self._access(op, arg, *element_addresses(arg, box), write=True)
+            self._access(op, arg, *element_addresses(arg, box), write=True, combine=combine)
 
     def on_elements(self, op: Op, arg: TensorArg, coords: np.ndarray, *, write: bool) -> None:
         """Accesses of single elements, one row of tensor coordinates each (the in-range
@@ -141,7 +156,7 @@ class RaceTracker:
         return self.shadows[key]
 
     def _access(self, op: Op, arg: TensorArg, addresses: np.ndarray, coords: np.ndarray, *,
-                write: bool) -> None:
+                write: bool, combine: str | None = None) -> None:
         group = self.groups[arg.name]
         per_element = arg.array.itemsize // group.unit
         units = ((addresses - group.lo) // group.unit)[:, None] + np.arange(per_element)
@@ -155,6 +170,17 @@ class RaceTracker:
             if other_writer.any():
                 self._fail(op, scope, arg, units, element_of_unit, coords, other_writer, w,
                            "write/write" if write else "read/write", write)
+            if combine is not None:
+                self._combine(op, scope, shadow, arg, units, element_of_unit, coords, me,
+                              combine)
+                shadow.touched.append(units)
+                continue
+            for combiners in (shadow.combiner_a[units], shadow.combiner_b[units]):
+                other = (combiners != _NONE) & (combiners != me)
+                if other.any():
+                    self._fail(op, scope, arg, units, element_of_unit, coords, other,
+                               combiners, "write/combine" if write else "read/combine",
+                               write)
             if write:
                 ra, rb = shadow.reader_a[units], shadow.reader_b[units]
                 for readers in (ra, rb):
@@ -172,15 +198,46 @@ class RaceTracker:
                 shadow.reader_b[units[second]] = me
             shadow.touched.append(units)
 
+    def _combine(self, op: Op, scope: _Scope, shadow: _Shadow, arg: TensorArg,
+                 units: np.ndarray, element_of_unit: np.ndarray, coords: np.ndarray,
+                 me: np.int32, combine: str) -> None:
+        """A combining store of `me`: legal against other children's combining stores of the
+        same combine, a race against their reads and any other combine."""
+        for readers in (shadow.reader_a[units], shadow.reader_b[units]):
+            other_reader = (readers != _NONE) & (readers != me)
+            if other_reader.any():
+                self._fail(op, scope, arg, units, element_of_unit, coords, other_reader,
+                           readers, "combine/read", True)
+        code = np.int32(_COMBINE_CODES[combine])
+        ca, cb = shadow.combiner_a[units], shadow.combiner_b[units]
+        kind = shadow.combine[units]
+        for combiners in (ca, cb):
+            other = ((combiners != _NONE) & (combiners != me) & (kind != _NONE)
+                     & (kind != code))
+            if other.any():
+                self._fail(op, scope, arg, units, element_of_unit, coords, other, combiners,
+                           "combine/combine", True, mixed=True)
+        # Only `me` combined before with another combine: the unit is now mixed.
+        shadow.combine[units] = np.where((kind == _NONE) | (kind == code), code, _MIXED)
+        first = ca == _NONE
+        second = ~first & (ca != me) & (cb == _NONE)
+        shadow.combiner_a[units[first]] = me
+        shadow.combiner_b[units[second]] = me
+
     def _fail(self, op: Op, scope: _Scope, arg: TensorArg, units: np.ndarray,
               element_of_unit: np.ndarray, coords: np.ndarray, mask: np.ndarray,
-              others: np.ndarray, kind: str, write: bool) -> None:
+              others: np.ndarray, kind: str, write: bool, mixed: bool = False) -> None:
         hit = int(np.flatnonzero(mask)[0])
         element = ", ".join(str(int(c)) for c in coords[element_of_unit[hit]])
         mine = self._coordinate(scope, scope.child)
         theirs = self._coordinate(scope, int(others[hit]))
-        verb = "writes" if write else "reads"
-        earlier = ("wrote" if kind == "write/write" or not write else "read")
+        combine = getattr(op, "combine", None)
+        verb = (f"combines (combine={combine!r}) into" if combine is not None
+                else "writes" if write else "reads")
+        earlier = {"write/write": "wrote", "read/write": "wrote" if not write else "read",
+                   "combine/read": "read"}.get(kind, "combined into")
+        if mixed:
+            earlier = "combined into with another combine"
         access = f" ({op.name} at {op.loc})" if op.loc is not None else f" ({op.name})"
         raise RaceError(
             f"{kind} race in {_describe_scope(scope.op)}: instance {mine} {verb} "

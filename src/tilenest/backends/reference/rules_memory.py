@@ -1,4 +1,6 @@
-"""Evaluation rules of `load` (a snapshot with fill) and `store` (in-bounds writes)."""
+"""Evaluation rules of `load` (a snapshot with fill) and `store` (in-bounds writes; a
+combining store reads each in-bounds element, combines and writes it back, in the order the
+interpreter runs the instances: forward, reverse or shuffled)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import numpy as np
 
 from tilenest.backends.reference.memory import TensorArg, clip_region
 from tilenest.backends.reference.registry import register_eval
+from tilenest.backends.reference.rules_elementwise import apply_binary
 from tilenest.errors import ArgumentError
 from tilenest.ir import ops
 from tilenest.ir.types import TileType
@@ -35,6 +38,9 @@ def _load(ctx: Interpreter, op: ops.Load, operands: list[Any]) -> list[Any]:
     return [out]
 
 
+_COMBINERS = {"add": "add", "max": "maximum", "min": "minimum"}
+
+
 @register_eval(ops.Store)
 def _store(ctx: Interpreter, op: ops.Store, operands: list[Any]) -> list[Any]:
     tensor: TensorArg = operands[0]
@@ -48,8 +54,15 @@ def _store(ctx: Interpreter, op: ops.Store, operands: list[Any]) -> list[Any]:
         raise ArgumentError(f"argument '{tensor.name}' is read-only but the kernel stores "
                             "into it", loc=op.loc)
     if ctx.races is not None:
-        ctx.races.on_store(op, tensor, box)
-    values = ctx.num.to_storage(tile[box.tile_index], tensor.dtype, tensor.bf16_bits)
+        ctx.races.on_store(op, tensor, box, op.combine)
+    new = tile[box.tile_index]
+    if op.combine is not None:
+        # Read-modify-write of the in-bounds box (one instance's elements are distinct
+        # unless the view overlaps itself; then the last of them wins, as for a plain store).
+        old = ctx.num.from_storage(tensor.array[box.tensor_index], tensor.dtype,
+                                   tensor.bf16_bits)
+        new = apply_binary(ctx, _COMBINERS[op.combine], old, new, tensor.dtype)
+    values = ctx.num.to_storage(new, tensor.dtype, tensor.bf16_bits)
     tensor.array[box.tensor_index] = values
     if ctx.written is not None:
         ctx.written[tensor.name][box.tensor_index] = True
