@@ -60,6 +60,9 @@ from tilenest.lang.reductions import max as max  # noqa: A004
 from tilenest.lang.reductions import min as min  # noqa: A004
 from tilenest.lang.reductions import prod as prod
 from tilenest.lang.reductions import sum as sum  # noqa: A004
+from tilenest.lang.shapes import join as join
+from tilenest.lang.shapes import reshape as reshape
+from tilenest.lang.shapes import split as split
 from tilenest.lang.tunable import Tunable as Tunable
 from tilenest.lang.tunable import tunable as tunable
 from tilenest.lang.values import Index as Index
