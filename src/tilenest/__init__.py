@@ -56,10 +56,18 @@ from tilenest.lang.nest import parallel as parallel
 from tilenest.lang.nest import pipeline as pipeline
 from tilenest.lang.nest import reduce as reduce
 from tilenest.lang.nest import serial as serial
+from tilenest.lang.random import rand as rand
+from tilenest.lang.random import randn as randn
 from tilenest.lang.reductions import max as max  # noqa: A004
 from tilenest.lang.reductions import min as min  # noqa: A004
 from tilenest.lang.reductions import prod as prod
 from tilenest.lang.reductions import sum as sum  # noqa: A004
+from tilenest.lang.scans import argmax as argmax
+from tilenest.lang.scans import argmin as argmin
+from tilenest.lang.scans import cumprod as cumprod
+from tilenest.lang.scans import cumsum as cumsum
+from tilenest.lang.scans import scan as scan
+from tilenest.lang.scans import topk as topk
 from tilenest.lang.shapes import join as join
 from tilenest.lang.shapes import reshape as reshape
 from tilenest.lang.shapes import split as split
