@@ -20,11 +20,17 @@ from tilenest.errors import TileError as TileError
 from tilenest.ir.dtypes import DType as DType
 from tilenest.ir.dtypes import bf16 as bf16
 from tilenest.ir.dtypes import bool_ as bool_
+from tilenest.ir.dtypes import f8e4m3 as f8e4m3
+from tilenest.ir.dtypes import f8e5m2 as f8e5m2
 from tilenest.ir.dtypes import f16 as f16
 from tilenest.ir.dtypes import f32 as f32
 from tilenest.ir.dtypes import f64 as f64
+from tilenest.ir.dtypes import i8 as i8
+from tilenest.ir.dtypes import i16 as i16
 from tilenest.ir.dtypes import i32 as i32
 from tilenest.ir.dtypes import i64 as i64
+from tilenest.ir.dtypes import u8 as u8
+from tilenest.ir.dtypes import u16 as u16
 from tilenest.ir.dtypes import u32 as u32
 from tilenest.ir.dtypes import u64 as u64
 from tilenest.lang import policies as exec  # noqa: A001, F401 - `tn.exec.block` is the contract

@@ -1,8 +1,8 @@
 """Tensor arguments of the reference interpreter: binding, bounds clipping and addresses.
 
 Every argument is held as a numpy view of the caller's memory (torch CPU tensors through
-`.numpy()`, bf16 through an int16 view of the same storage), so stores through one argument
-are immediately visible through every argument that aliases it.
+`.numpy()`, bf16 through an int16 view of the same storage, fp8 through a uint8 view), so
+stores through one argument are immediately visible through every argument that aliases it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from tilenest.ir.dtypes import DType, bf16, from_numpy, from_torch
 class TensorArg:
     """One bound kernel argument: its name, element type and a numpy view of its memory.
 
-    For bf16 the view holds the bit patterns (int16); `bf16_bits` says so.
+    For bf16 the view holds the bit patterns (int16); `bf16_bits` says so. For fp8 it always
+    holds the bit patterns (uint8).
     """
 
     name: str
@@ -70,6 +71,8 @@ def _torch_view(name: str, t: object) -> tuple[np.ndarray, DType, bool]:
     try:
         if dtype == bf16:
             return t.view(torch.int16).numpy(), dtype, True
+        if dtype.is_fp8:
+            return t.view(torch.uint8).numpy(), dtype, False
         return t.numpy(), dtype, False
     except (TypeError, RuntimeError) as e:
         raise ArgumentError(f"argument '{name}' ({t.dtype}) cannot be viewed as numpy "
@@ -95,6 +98,8 @@ def bind_arguments(fn: Function, args: dict[str, object]) -> dict[str, TensorArg
             if found is None:
                 raise ArgumentError(f"argument '{p.name}' has unsupported dtype {obj.dtype}")
             dtype = found
+            if dtype.is_fp8:  # an ml_dtypes array: its bytes are the bit patterns
+                array = obj.view(np.uint8)
         else:
             raise ArgumentError(f"argument '{p.name}' must be a numpy array or a torch CPU "
                                 f"tensor, got {type(obj).__name__}")

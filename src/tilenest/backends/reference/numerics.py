@@ -1,7 +1,7 @@
 """Numeric representation of Tile values in the reference interpreter, per precision mode.
 
-`native`: a value of dtype T lives in `T.numpy` (bf16 in float32 arrays whose values are
-always representable in bf16) and every op rounds to T. `float64`: every float value lives in
+`native`: a value of dtype T lives in `T.numpy` (bf16 and fp8 in float32 arrays whose values
+are always representable in T) and every op rounds to T. `float64`: every float value lives in
 float64 and is rounded to the tensor's dtype only when stored; ints and bools keep their type.
 """
 
@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from tilenest.errors import BackendError
-from tilenest.ir.dtypes import DType, bf16
+from tilenest.ir.dtypes import FP8_FORMATS, DType, Fp8Format, bf16
 
 PRECISIONS = ("native", "float64")
 
@@ -66,6 +66,98 @@ def f32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
     a = np.asarray(values, dtype=np.float32)
     bits = np.ascontiguousarray(a).view(np.uint32) >> np.uint32(16)
     return bits.astype(np.uint16).view(np.int16).reshape(a.shape)
+
+
+# ---------------------------------------------------------------------------- fp8
+#
+# One definition of the fp8 conversions, which the cpu and cuda backends emit as the same
+# integer arithmetic (cpu scalars.py `f8_bits`/`f8_to_float`, cuda rules_elementwise.py):
+# - float → fp8 rounds to nearest, ties to even, and saturates (`satfinite`, as Hopper's
+#   `cvt.rn.satfinite` and torch's e4m3fn cast): a magnitude that rounds past the largest
+#   finite value (±448 e4m3fn, ±57344 e5m2), ±inf included, gives ±that value. Every op
+#   on fp8 values rounds so (e5m2 inf + 0 is 57344); only a stored e5m2 value that came
+#   from memory as ±inf stays ±inf (`keep_inf`);
+# - NaN → NaN with its sign: e4m3fn 0x7F | sign; e5m2 0x7C | sign | p, p the two mantissa
+#   bits below a float32 NaN's quiet bit (bits 21..20), or 0b11 when those are zero (the
+#   canonical NaN 0x7FC00000 gives 0x7F, as torch and PTX do);
+# - fp8 → float32 is exact; a NaN becomes 0x7FC00000 | sign | p << 20, so NaN bit patterns
+#   survive a load and a store;
+# - an integer converts exactly after clamping to ±2**17 (past every fp8's range).
+# Rounding is done once, from the exact float64 value: no double rounding.
+
+
+def f8_format(dtype: DType) -> Fp8Format:
+    return FP8_FORMATS[dtype.name]
+
+
+def f8_bits(x: np.ndarray | float, dtype: DType, keep_inf: bool = False) -> np.ndarray:
+    """Values (any float or integer array) → uint8 fp8 bit patterns of `dtype` (see above).
+
+    `keep_inf`: ±inf becomes e5m2's ±inf instead of ±57344 — the encoding of a value that
+    already is an f8e5m2 value (a store), not a conversion (conversions saturate)."""
+    fmt = f8_format(dtype)
+    a = np.asarray(x)
+    if a.dtype.kind in "iub":
+        a = np.clip(a.astype(np.int64) if a.dtype.kind != "u" else
+                    np.minimum(a, np.uint64(1 << 17)).astype(np.int64), -(1 << 17), 1 << 17)
+    with np.errstate(invalid="ignore"):  # signaling NaNs widen quietly
+        w = np.ascontiguousarray(a, dtype=np.float64).view(np.uint64)
+    sign = ((w >> np.uint64(63)) << np.uint64(7)).astype(np.uint8)
+    mag = w & np.uint64((1 << 63) - 1)
+    m_bits, frac = fmt.mantissa, 52
+    exp = (mag >> np.uint64(frac)).astype(np.int64)
+    # normal range: round the mantissa to m_bits on the bits, then rebias the exponent
+    shift = np.uint64(frac - m_bits)
+    odd = (mag >> shift) & np.uint64(1)
+    r = mag + np.uint64((1 << (frac - m_bits - 1)) - 1) + odd
+    code = (r >> shift).astype(np.int64) - ((1023 - fmt.bias) << m_bits)
+    code = np.minimum(code, fmt.max_code)
+    # subnormal range: the significand shifted right by the distance to the subnormal quantum
+    min_normal_exp = 1023 + 1 - fmt.bias
+    sig = (mag & np.uint64((1 << frac) - 1)) | np.uint64(1 << frac)
+    sh = np.minimum(frac - m_bits + min_normal_exp - exp, frac + 2).clip(1).astype(np.uint64)
+    q = sig >> sh
+    rem = sig & ((np.uint64(1) << sh) - np.uint64(1))
+    half = np.uint64(1) << (sh - np.uint64(1))
+    up = (rem > half) | ((rem == half) & ((q & np.uint64(1)) == 1))
+    sub = (q + up).astype(np.int64)
+    out = np.where(exp < min_normal_exp, sub, code)
+    nan = (exp == 2047) & ((mag & np.uint64((1 << frac) - 1)) != 0)
+    if fmt.has_inf:
+        payload = ((mag >> np.uint64(frac - 3)) & np.uint64(3)).astype(np.int64)
+        nan_code = 0x7C | np.where(payload == 0, 3, payload)
+    else:
+        nan_code = np.int64(0x7F)
+    out = np.where(nan, nan_code, out)
+    if keep_inf and fmt.has_inf:
+        out = np.where((exp == 2047) & ~nan, 0x7C, out)
+    return (out.astype(np.uint8) | sign).reshape(a.shape)
+
+
+def f8_to_f32(bits: np.ndarray, dtype: DType) -> np.ndarray:
+    """uint8/int8 fp8 bit patterns of `dtype` → float32 values (exact; NaN as above)."""
+    fmt = f8_format(dtype)
+    u = np.asarray(bits).view(np.uint8).astype(np.uint32)
+    m_bits = fmt.mantissa
+    sign = (u >> np.uint32(7)) << np.uint32(31)
+    e = (u >> np.uint32(m_bits)) & np.uint32((1 << fmt.exponent_bits) - 1)
+    m = u & np.uint32((1 << m_bits) - 1)
+    normal = ((e + np.uint32(127 - fmt.bias)) << np.uint32(23)) | (m << np.uint32(23 - m_bits))
+    tiny = (m.astype(np.float32) * np.float32(2.0 ** (1 - fmt.bias - m_bits))).view(np.uint32)
+    mag = np.where(e == 0, tiny, normal)
+    top = (1 << fmt.exponent_bits) - 1
+    if fmt.has_inf:
+        special = np.where(m == 0, np.uint32(0x7F800000), np.uint32(0x7FC00000) | (m << 20))
+        mag = np.where(e == top, special, mag)
+    else:
+        mag = np.where((e == top) & (m == (1 << m_bits) - 1),
+                       np.uint32(0x7FC00000) | (m << np.uint32(20)), mag)
+    return (mag | sign).astype(np.uint32).view(np.float32).reshape(np.shape(bits))
+
+
+def round_to_f8(x: np.ndarray | float, dtype: DType) -> np.ndarray:
+    """Round to the nearest `dtype` (f8e4m3 / f8e5m2) value, saturating; a float32 array."""
+    return f8_to_f32(f8_bits(x, dtype), dtype)
 
 
 def saturating_float_to_int(a: np.ndarray, dst: DType) -> np.ndarray:
@@ -122,6 +214,8 @@ class Numerics:
         a = np.asarray(value)
         if not self.wide and dtype == bf16:
             return round_to_bf16(a)
+        if not self.wide and dtype.is_fp8:
+            return round_to_f8(a, dtype)
         return np.asarray(a, dtype=self.holder(dtype))
 
     def scalar(self, value: bool | int | float, dtype: DType) -> np.ndarray:
@@ -138,8 +232,9 @@ class Numerics:
         return self.finish(np.array(float(value), dtype=np.float64), dtype)
 
     def cast(self, a: np.ndarray, src: DType, dst: DType) -> np.ndarray:
-        """Element type conversion: float→int saturates (`saturating_float_to_int`), →bool is
-        x != 0, →bf16 is RNE, int→int wraps (two's complement)."""
+        """Element type conversion: float→int saturates (`saturating_float_to_int`, narrow
+        ints too), →bool is x != 0, →bf16 is RNE, →fp8 is RNE saturating (`f8_bits`),
+        int→int wraps (two's complement)."""
         if dst.is_bool:
             return np.asarray(a != 0)
         if dst.is_int:
@@ -151,12 +246,17 @@ class Numerics:
         return self.finish(a, dst)
 
     def from_storage(self, stored: np.ndarray, dtype: DType, bf16_bits: bool) -> np.ndarray:
-        """Tensor elements (bf16 as bit patterns when `bf16_bits`) → a fresh Tile array."""
+        """Tensor elements (bf16 as bit patterns when `bf16_bits`; fp8 always as uint8 bit
+        patterns) → a fresh Tile array."""
+        if dtype.is_fp8:
+            return np.array(f8_to_f32(stored, dtype), dtype=self.holder(dtype))
         a = bf16_bits_to_f32(stored) if bf16_bits else stored
         return np.array(a, dtype=self.holder(dtype), copy=True)
 
     def to_storage(self, tile: np.ndarray, dtype: DType, bf16_bits: bool) -> np.ndarray:
         """Tile values → tensor elements of `dtype`, rounded only now in float64 mode."""
+        if dtype.is_fp8:
+            return f8_bits(tile, dtype, keep_inf=True)
         if dtype == bf16:
             rounded = round_to_bf16(tile)
             return f32_to_bf16_bits(rounded) if bf16_bits else rounded
