@@ -270,14 +270,14 @@ def python_number_of_tile(X, *, HOW="int"):
         if HOW == "int":
             int(x)  # at: int
         elif HOW == "shift":
-            X.tile((0,), (4,)).store(x << 1)  # at: shift
+            X.tile((p.index() << 1,), (4,)).store(x)  # at: shift
         else:
             X.tile((p.index() ** 2,), (4,)).store(x)
             X.tile((p.index() & 1,), (4,)).store(x)  # at: index-and
 
 
 @pytest.mark.parametrize("how,match", [("int", "not a Python number"),
-                                       ("shift", "shifts are not supported"),
+                                       ("shift", "`<<` is not defined on index values"),
                                        ("index-and", "`&` is not defined on index values")])
 def test_other_operators_raise_tile_errors(how, match):
     with pytest.raises(tn.CaptureError, match=match) as err:

@@ -235,6 +235,10 @@ class Tile:
     def __ror__(self, o): return binary("or", o, self)
     def __xor__(self, o): return binary("xor", self, o)
     def __rxor__(self, o): return binary("xor", o, self)
+    def __lshift__(self, o): return _shift("shl", self, o)
+    def __rlshift__(self, o): return _shift("shl", o, self)
+    def __rshift__(self, o): return _shift("shr", self, o)
+    def __rrshift__(self, o): return _shift("shr", o, self)
     def __neg__(self): return unary("neg", self)
     def __pos__(self): return self
     def __abs__(self): return unary("abs", self)
@@ -269,6 +273,12 @@ class Tile:
 
     def __round__(self, ndigits: Any = None) -> Tile:
         raise CaptureError("round() of a Tile is not supported; convert with .astype(...)")
+
+
+def _shift(name: str, a: Any, b: Any) -> Tile:
+    from tilenest.lang.bits import shift  # the shifts' module imports this one
+
+    return shift(name, a, b)
 
 
 def _repeated(mul: Any, x: Any, n: int, one: Any) -> Any:
@@ -476,7 +486,3 @@ for _names, _symbol in _INDEX_UNSUPPORTED.items():
         setattr(Index, _name, _unsupported(
             "index value", _symbol, "index values support + - * // %, ** with an int exponent, "
             "and comparisons (mixed with a Tile, an index value acts as an integer scalar)"))
-for _name in ("__lshift__", "__rlshift__", "__rshift__", "__rrshift__"):
-    setattr(Tile, _name, _unsupported("Tile", "<<" if "lshift" in _name else ">>",
-                                      "shifts are not supported; multiply or floor-divide by a "
-                                      "power of two"))
