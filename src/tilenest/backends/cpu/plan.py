@@ -101,6 +101,7 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
                                    "a program's coordinates or its loaded values); one "
                                    "program per lane needs a trip count the packet shares: "
                                    f"use local_lanes={packet_width} (one program per packet)")
+    _validate_combining(plan, fn, lanes)
     for op in root_parallels(fn):
         rank = len(op.domain)
         if trav != (1, 1) and rank < 2:
@@ -110,6 +111,40 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
         if order is not None and sorted(order) != list(range(rank)):
             raise _fail("root_axis_order", f"{order} is not a permutation of the {rank} root "
                                            f"axes of the parallel at {op.loc}")
+
+
+def _validate_combining(plan: CpuPlan, fn: Function, lanes: int) -> None:
+    """Combining stores: every packed program must contribute once (a packet's lanes past
+    the end repeat the last program), and a deterministic float add needs its programs run
+    on one thread in instance order (identity root-axis order, row-major traversal, one
+    program per packet, one task or one thread)."""
+    from tilenest.analysis.combining import combining_stores, ordered_combines, programs
+
+    if not combining_stores(fn):
+        return
+    for op in root_parallels(fn):
+        n = programs(op)
+        has = any(isinstance(s, ops.Store) and s.combine is not None for s in op.body.walk())
+        if has and lanes > 1 and n % lanes:
+            raise _fail("local_lanes", f"the parallel at {op.loc} has combining stores and "
+                                       f"{n} programs, not a multiple of the {lanes} "
+                                       "programs of a packet (the spare lanes would "
+                                       "combine twice): use one program per packet")
+        ordered = ordered_combines(op)
+        if not ordered:
+            continue
+        why = (f"the deterministic combining store at {ordered[0].loc} (a float add) runs "
+               "its programs in instance order on one thread")
+        order = plan.root_axis_order
+        if order is not None and list(order) != list(range(len(op.domain))):
+            raise _fail("root_axis_order", f"{why}: the identity order, not {order}")
+        if plan.program_traversal != (1, 1):
+            raise _fail("program_traversal", f"{why}: row-major, not {plan.program_traversal}")
+        if lanes > 1:
+            raise _fail("local_lanes", f"{why}: one program per packet")
+        if plan.num_threads != 1 and plan.block_size * plan.blocks_per_task < n:
+            raise _fail("blocks_per_task", f"{why}: one task of all {n} programs (or "
+                                           "num_threads=1)")
 
 
 def lane_varying_extents(fn: Function) -> list[ops.RegionOp]:
@@ -154,6 +189,10 @@ def default_plan(fn: Function, packet_width: int, workers: int) -> CpuPlan:
             n *= e
         programs = max(programs, n)
     block = max(1, programs // max(1, 4 * workers))
+    from tilenest.analysis.combining import ordered_combines
+
+    if any(ordered_combines(op) for op in root_parallels(fn)):  # instance order, one thread
+        return CpuPlan(block_size=block, local_lanes=packet_width, num_threads=1)
     return CpuPlan(block_size=block, local_lanes=packet_width)
 
 

@@ -5,15 +5,24 @@ the 32-bit block Σ arange·stride (its range is known statically, so i32 is pro
 otherwise i64). An axis gets a mask term when its origin may be negative, when the region
 may run past the tensor's extent, or when the block is padded past the tile's extent.
 Masked loads read the region's `fill`; stores never write padding or out-of-bounds lanes.
+
+Combining stores (`combine=`) are atomic read-modify-writes of the same masked lanes
+(sem="relaxed": the contributions meet in any order, none is lost): `tl.atomic_add` for
+i32/u32/i64/u64/f16/f32/f64 adds and `tl.atomic_max`/`tl.atomic_min` for those integers;
+every other case (float max/min, whose NaN and -0.0 rule is `tn_max`/`tn_min`, not Triton's
+integer trick; bf16 and 16-bit integer adds) is a compare-and-swap loop on the element's
+bits, whose masked-off lanes swap a valid element with itself (a no-op). A deterministic
+float add is realized by the phases of `combine_phases.py`, not here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilenest.backends.cuda.emitter import Block, Emitter, Idx
+from tilenest.backends.cuda.emitter import Block, Emitter, Idx, tl_dtype
 from tilenest.backends.cuda.rules import lowering
 from tilenest.backends.cuda.rules_tile import literal
+from tilenest.errors import BackendError
 from tilenest.ir import ops
 from tilenest.ir.types import TensorType, TileType
 
@@ -120,6 +129,54 @@ def _load(em: Emitter, op: ops.Load) -> None:
             acc.padded)
 
 
+_ATOMIC_RMW = {"add": "tl.atomic_add", "max": "tl.atomic_max", "min": "tl.atomic_min"}
+_RMW_INT = ("i32", "u32", "i64", "u64")
+_RMW_ADD_FLOAT = ("f16", "f32", "f64")
+_CAS_BITS = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64, "i16": 16, "u16": 16}
+_COMBINE_FN = {"add": "tn_add", "max": "tn_max", "min": "tn_min"}
+
+
+def combine_into(em: Emitter, tensor: TensorType, combine: str, pointers: str,
+                 mask: str | None, value: str, padded: tuple[int, ...], base: str,
+                 loc: object = None) -> None:
+    """Atomically combine the block `value` into the tensor elements at `pointers` (the
+    lanes of `mask`); `base` is a pointer to a valid element of the tensor."""
+    dtype = tensor.dtype
+    name = dtype.name
+    tl_t = tl_dtype(dtype)
+    if name in _RMW_INT or (combine == "add" and name in _RMW_ADD_FLOAT):
+        masked = f", mask={mask}" if mask is not None else ""
+        em.emit(f"{_ATOMIC_RMW[combine]}({pointers}, ({value}).to({tl_t}){masked}, "
+                f"sem=\"relaxed\")")
+        return
+    bits = _CAS_BITS.get(name)
+    if bits is None:
+        raise BackendError(f"the cuda backend has no combining store (combine={combine!r}) "
+                           f"into a {dtype} tensor: Triton has no {dtype} atomics (use a "
+                           f"wider tensor)", loc=loc)
+    int_t = f"tl.int{bits}"
+    shape = f"[{', '.join(map(str, padded))}]"
+    pending = mask if mask is not None else f"tl.full({shape}, True, tl.int1)"
+    pending = em.assign(pending, "pend")
+    raw = em.assign(f"({pointers}).to(tl.pointer_type({int_t}), bitcast=True)", "pb")
+    safe = em.assign(f"tl.where({pending}, {raw}, ({base}).to(tl.pointer_type({int_t}), "
+                     f"bitcast=True))", "pb")
+    new = em.assign(f"({value}).to({tl_t})", "cv")
+    old = em.assign(f"tl.load({safe}, mask={pending}, other=0)", "old")
+    # A scalar condition (while takes no block): any lane still pending.
+    count = f"{pending}.to(tl.int32)" if not padded else \
+        f"tl.reduce({pending}.to(tl.int32), None, tn_imax)"
+    em.emit(f"while {count} > 0:")
+    with em.indented():
+        want = em.assign(f"{_COMBINE_FN[combine]}({old}.to({tl_t}, bitcast=True), {new})"
+                         f".to({tl_t}).to({int_t}, bitcast=True)", "want")
+        # Done lanes swap their element with the value read: no change either way.
+        swap = em.assign(f"tl.where({pending}, {want}, {old})", "swap")
+        got = em.assign(f"tl.atomic_cas({safe}, {old}, {swap}, sem=\"relaxed\")", "got")
+        em.emit(f"{pending} = {pending} & ({got} != {old})")
+        em.emit(f"{old} = {got}")
+
+
 @lowering(ops.Store)
 def _store(em: Emitter, op: ops.Store) -> None:
     tensor = em.tensor_type(op.tensor)
@@ -127,6 +184,16 @@ def _store(em: Emitter, op: ops.Store) -> None:
     value: Block = em.block(op.value)
     acc = access(em, op, tensor, _origins(em, op), op.shape, value.type)
     em.ordered(op)
+    if op.combine is not None:
+        if op.needs_order:
+            raise BackendError(f"the cuda backend has no realization of this deterministic "
+                               f"combining store (combine={op.combine!r}, a float add) here: "
+                               "it needs the workspace phases of its root parallel",
+                               loc=op.loc)
+        if 0 not in tensor.shape:
+            combine_into(em, tensor, op.combine, acc.pointers, acc.mask, value.name,
+                         acc.padded, em.params[op.tensor], op.loc)
+        return
     if acc.mask is None:
         em.emit(f"tl.store({acc.pointers}, {value.name})")
     else:
