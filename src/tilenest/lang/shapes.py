@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tilenest.errors import ShapeError
+from tilenest.errors import CaptureError, ShapeError
 from tilenest.ir.ops_shape import kept_dims_ok
 from tilenest.ir.types import Dim, TileType
-from tilenest.lang.context import emit
+from tilenest.lang.context import current, emit
 from tilenest.lang.dims import Axis
 from tilenest.lang.layout import describe
 from tilenest.lang.values import Tile, _describe, unify
@@ -33,9 +33,18 @@ __all__ = ["join", "reshape", "split"]
 
 
 def _as_tile(x: Any, what: str) -> Tile:
+    _not_in_map(what)
     if not isinstance(x, Tile):
         raise ShapeError(f"{what} expects a Tile, got {_describe(x)}")
     return x
+
+
+def _not_in_map(what: str) -> None:
+    # A tn.map body is the one region whose arguments are tiles (rank 0: scalars).
+    args = current(what).builder.region.args
+    if args and isinstance(args[0].type, TileType):
+        raise CaptureError(f"{what} inside a tn.map body: map bodies are scalar functions; "
+                           f"reshape, join or split the tiles outside tn.map")
 
 
 def _entries(t: Tile, shape: Any) -> tuple[list[Dim], list[int | None]]:
@@ -92,7 +101,8 @@ def reshape(t: Tile, shape: Any) -> Tile:
         raise ShapeError(f"tn.reshape of a {describe(t.type)} tile to {describe(out)}: a dim "
                          f"kept by a row-major reshape must keep its coordinates (the same "
                          f"extent and the same product of extents before it); here {bad}. "
-                         f"Use a fresh dim, or tn.axis(...), for a reshaped axis")
+                         f"Use a fresh dim, or tn.axis(...), for a reshaped axis (dims "
+                         f"match by identity: a transpose needs no reshape)")
     if out.same_layout(t.type):
         return t
     return Tile(emit("reshape", (t.value,), (out,)).result)
@@ -107,7 +117,8 @@ def _join_dim(dim: Any) -> Dim:
         return dim
     if isinstance(dim, Axis):
         if dim.extent != 2:
-            raise ShapeError(f"tn.join(..., dim={dim!r}): the new dim has extent 2")
+            raise ShapeError(f"tn.join(..., dim={dim!r}): the new dim has extent 2, not "
+                             f"{dim.extent}")
         return dim.dim
     raise ShapeError(f"tn.join: dim= must be a label, a dim or an axis of extent 2, got "
                      f"{dim!r}")
@@ -116,6 +127,7 @@ def _join_dim(dim: Any) -> Dim:
 def join(a: Any, b: Any, *, dim: Any = None) -> Tile:
     """`a` and `b` stacked along a new last dim of extent 2 (`out[..., 0] = a`,
     `out[..., 1] = b`); they broadcast and promote as in `a + b`."""
+    _not_in_map("tn.join")
     if not isinstance(a, Tile) and not isinstance(b, Tile):
         raise ShapeError(f"tn.join needs at least one Tile, got {_describe(a)} and "
                          f"{_describe(b)}")
