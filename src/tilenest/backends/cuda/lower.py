@@ -14,6 +14,7 @@ import functools
 from dataclasses import dataclass, field
 
 from tilenest.analysis.uses import UseInfo
+from tilenest.backends.cuda.combine_phases import CombineEmit, combine_sites, emit_combine_kernel
 from tilenest.backends.cuda.element_grid import emit_kernel as emit_element_grid
 from tilenest.backends.cuda.emitter import Emitter, Facts, Idx
 from tilenest.backends.cuda.ordering import barrier_points
@@ -205,6 +206,24 @@ def tn_max_tree(a, b):
 def tn_min_tree(a, b):
     return tn_min(a, b)
 
+
+# C99 pow in float64 (`tn.pow`; the interpreter has no libdevice): exp(y log|x|) and the
+# special cases: pow(x, 0) = pow(1, y) = pow(-1, +-inf) = 1, x < 0 finite with y finite and
+# not an integer -> NaN, an odd integer y keeps the sign of x (-0 included).
+@triton.jit
+def tn_pow(x, y):
+    ax = tl.abs(x)
+    ay = tl.abs(y)
+    mag = tl.exp(y * tl.log(ax))
+    y_finite = ay < TN_INF
+    y_int = y_finite & (tl.floor(ay) == ay)
+    half = ay * 0.5
+    y_odd = y_int & (tl.floor(half) != half)
+    res = tl.where((x.to(tl.int64, bitcast=True) < 0) & y_odd, mag * -1.0, mag)
+    res = tl.where((x < 0) & (x > TN_NEG_INF) & y_finite & (~y_int), float("nan"), res)
+    one = (y == 0) | (x == 1) | ((x == -1) & (ay == TN_INF))
+    return tl.where(one, 1.0, res)
+
 '''
 
 _INTERPRETER_TRANSCENDENTALS = '''
@@ -283,7 +302,8 @@ def _signature(fn: Function, params: dict, workspace: bool) -> str:
 
 def _kernel(fn: Function, name: str, facts: Facts, errors: list[str],
             parallel: ops.Parallel | None, effects: list[Op], split: SplitEmit | None = None,
-            workspace: bool = False) -> tuple[list[str], Phase]:
+            workspace: bool = False, combine: CombineEmit | None = None
+            ) -> tuple[list[str], Phase]:
     params = {p.value: f"A_{p.name}" for p in fn.params}
     plan = facts.plan
     assert isinstance(plan, CudaPlan)
@@ -320,6 +340,7 @@ def _kernel(fn: Function, name: str, facts: Facts, errors: list[str],
         else:
             em.emit("pid = tl.program_id(0).to(tl.int64)")
         em.split = split
+        em.combine_phase = combine  # a deterministic combining store's workspace phase
         gr = plan.group_rows if len(domain) >= 2 else 1
         for line in program_lines("pid", extents, order, gr, plan.group_columns, coords):
             em.emit(line)
@@ -365,6 +386,10 @@ def lower_function(fn: Function, plan: CudaPlan, *, assume_no_alias: bool,
         raise BackendError(f"CudaPlan.split_k: {site}", loc=None)
     block = 0 if site is None else _elements(layout.shape(site.loop.inits[0].type))
     workspace = 0 if site is None else plan.split_k * site.programs * block
+    # Deterministic float-add combining stores: a contribute and a combine phase each
+    # (combine_phases.py); the phases of different parallels reuse one workspace.
+    ordered_sites = combine_sites(fn, layout)
+    workspace = max([workspace, *(c.workspace_words for c in ordered_sites.values())])
 
     def add(parallel: ops.Parallel | None, effects: list[Op], split: SplitEmit | None = None
             ) -> None:
@@ -381,6 +406,16 @@ def lower_function(fn: Function, plan: CudaPlan, *, assume_no_alias: bool,
             if site is not None and op is site.parallel:
                 add(op, [], SplitEmit(site, plan.split_k, True, block))
                 add(op, [], SplitEmit(site, plan.split_k, False, block))
+                continue
+            if op in ordered_sites:
+                lines, phase = _kernel(fn, f"{fn.name}_phase{len(phases)}", facts, errors,
+                                       op, [], None, True, CombineEmit(ordered_sites[op]))
+                kernels.append(lines)
+                phases.append(phase)
+                lines, phase = emit_combine_kernel(fn, f"{fn.name}_phase{len(phases)}",
+                                                   facts, errors, ordered_sites[op])
+                kernels.append(lines)
+                phases.append(phase)
                 continue
             add(op, [])
         elif not _is_pure_root(op):

@@ -185,6 +185,12 @@ def _store(em: Emitter, op: ops.Store) -> None:
     acc = access(em, op, tensor, _origins(em, op), op.shape, value.type)
     em.ordered(op)
     if op.combine is not None:
+        phase = getattr(em, "combine_phase", None)
+        if phase is not None and op is phase.site.store:
+            from tilenest.backends.cuda.combine_phases import emit_contribution
+
+            emit_contribution(em, op, phase.site)
+            return
         if op.needs_order:
             raise BackendError(f"the cuda backend has no realization of this deterministic "
                                f"combining store (combine={op.combine!r}, a float add) here: "
