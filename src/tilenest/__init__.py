@@ -58,6 +58,14 @@ from tilenest.lang.elementwise import sqrt as sqrt
 from tilenest.lang.elementwise import tanh as tanh
 from tilenest.lang.elementwise import where as where
 from tilenest.lang.kernel import func as func
+from tilenest.lang.mathfns import clamp as clamp
+from tilenest.lang.mathfns import cos as cos
+from tilenest.lang.mathfns import erf as erf
+from tilenest.lang.mathfns import exp2 as exp2
+from tilenest.lang.mathfns import log2 as log2
+from tilenest.lang.mathfns import mean as mean
+from tilenest.lang.mathfns import pow as pow  # noqa: A004
+from tilenest.lang.mathfns import sin as sin
 from tilenest.lang.nest import parallel as parallel
 from tilenest.lang.nest import pipeline as pipeline
 from tilenest.lang.nest import reduce as reduce
