@@ -48,6 +48,7 @@ CASES: dict[str, tuple[str, Case, str]] = {
     "softmax_backward": ("softmax_backward", Case({"M": 37, "N": 45}), "f32"),
     "rmsnorm_backward": ("rmsnorm_backward", Case({"M": 37, "N": 45}), "f32"),
     "rmsnorm_backward_dw": ("rmsnorm_backward_dw", Case({"M": 37, "N": 45}), "f32"),
+    "splitk_gemm": ("splitk_gemm", Case({"M": 13, "N": 37, "K": 100}), "f32"),
 }
 
 # x86-64-v3 (LLVM's feature names): every feature of the host's map outside this set is

@@ -32,6 +32,7 @@ from tilenest.examples import (
     rope,
     softmax,
     softmax_backward,
+    splitk_gemm,
     swiglu,
 )
 from tilenest.examples.common import Case as Case
@@ -46,7 +47,9 @@ EXAMPLES: dict[str, Example] = {
                jagged.MEAN_EXAMPLE, jagged.SOFTMAX_EXAMPLE, moe.EXAMPLE,
                # The backward passes (tilenest.examples.autograd calls them); RMSNorm's dW
                # is a second kernel, its reduction runs over rows.
-               softmax_backward.EXAMPLE, rmsnorm_backward.EXAMPLE, rmsnorm_backward.DW_EXAMPLE)
+               softmax_backward.EXAMPLE, rmsnorm_backward.EXAMPLE, rmsnorm_backward.DW_EXAMPLE,
+               # Issue 14: accumulation through combining stores.
+               splitk_gemm.EXAMPLE)
 }
 
 
@@ -61,6 +64,7 @@ OutputShapes = tuple[int, ...] | dict[str, tuple[int, ...]]
 OUTPUT_SHAPES: dict[str, Callable[[dict[str, int]], OutputShapes]] = {
     "gemm": lambda s: (s["M"], s["N"]),
     "gemm_transposed": lambda s: (s["M"], s["N"]),
+    "splitk_gemm": lambda s: (s["M"], s["N"]),
     "cross_entropy": lambda s: (s["M"],),
     "embedding": lambda s: (s["T"], s["D"]),
     "jagged_mean": lambda s: (s["B"], s["D"]),
