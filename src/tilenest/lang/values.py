@@ -296,12 +296,13 @@ def _repeated(mul: Any, x: Any, n: int, one: Any) -> Any:
 
 def power(x: Tile, n: Any) -> Tile:
     """`t ** n` for a Python int or float n (DESIGN §3a): integral n by exact products (a
-    negative n on floats is 1 / t**-n), n = ±0.5 by sqrt, any other n as exp(n * log t)."""
+    negative n on floats is 1 / t**-n), n = ±0.5 by sqrt, any other n (inf and NaN included)
+    by `tn.pow` (C99 pow: a negative base gives NaN)."""
     if isinstance(n, Index) or isinstance(n, Tile) or isinstance(n, bool) \
             or not isinstance(n, (int, float)):
         raise CaptureError(f"t ** n needs a Python int or float exponent, got {_describe(n)}; "
-                           f"for an elementwise exponent write tn.exp(n * tn.log(t))")
-    if isinstance(n, float) and n == int(n) and abs(n) < 2 ** 63:
+                           f"for an elementwise exponent write tn.pow(t, n)")
+    if isinstance(n, float) and math.isfinite(n) and n == int(n) and abs(n) < 2 ** 63:
         if not x.dtype.is_float:
             x = cast(x, dt.f32)
         n = int(n)
@@ -318,7 +319,8 @@ def power(x: Tile, n: Any) -> Tile:
         return unary("sqrt", x)
     if n == -0.5:
         return binary("div", 1.0, unary("sqrt", x))
-    return unary("exp", binary("mul", unary("log", x), n))
+    base, exponent = unify(x, n)
+    return Tile(emit("pow", (base.value, exponent.value), (base.type,)).result)
 
 
 # ---------------------------------------------------------------------------- coercion
