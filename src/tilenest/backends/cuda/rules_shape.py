@@ -55,6 +55,12 @@ def relabels(src: tuple[int, ...], psrc: tuple[int, ...], dst: tuple[int, ...],
     return bool(np.array_equal(_positions(src, psrc, size), _positions(dst, pdst, size)))
 
 
+def _flat(name: str, padded: tuple[int, ...]) -> str:
+    if len(padded) == 1:
+        return name
+    return f"tl.reshape({name}, [{int(np.prod(padded, dtype=np.int64))}], can_reorder=False)"
+
+
 def _check_not_in_map(em: Emitter, what: str, op: object) -> None:
     if em.in_map:
         raise BackendError(f"'{what}' inside a tn.map body is not supported by the cuda "
@@ -96,12 +102,10 @@ def _reshape(em: Emitter, op: Reshape) -> None:
     for s, e, ps in zip(_strides(src.shape), src.shape, _strides(x.padded), strict=True):
         terms.append(f"(({flat} // {s}) % {e}) * {ps}")
     pos = em.assign(" + ".join(terms), "rp")
-    total = int(np.prod(x.padded, dtype=np.int64))
-    moved = em.assign(f"tl.reshape({_as_moved(em, x)}, [{total}], can_reorder=False)", "rs")
-    out_total = int(np.prod(pdst, dtype=np.int64))
-    gathered = em.assign(f"tl.gather({moved}, tl.reshape({pos}, [{out_total}], "
-                         f"can_reorder=False), 0)", "rg")
-    expr = f"tl.reshape({gathered}, {shape_text(pdst)}, can_reorder=False)"
+    moved = em.assign(_flat(_as_moved(em, x), x.padded), "rs")
+    gathered = em.assign(f"tl.gather({moved}, {_flat(pos, pdst)}, 0)", "rg")
+    expr = gathered if len(pdst) == 1 else \
+        f"tl.reshape({gathered}, {shape_text(pdst)}, can_reorder=False)"
     if dst.dtype.is_bool:
         expr = f"({expr} != 0)"
     em.bind(op.result, expr, "r", pdst)
