@@ -23,6 +23,7 @@ the number of instances along the enclosing axes the loaded positions depend on 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from math import prod
@@ -47,10 +48,19 @@ class Trips:
     expected: float
     maximum: int
     basis: str = EXACT
+    longest: float | None = None
+    """The trips the longest-running instance is expected to run, where that is below
+    `maximum` (an ASSUMED count: see `_assumed_trips`); None means `maximum`."""
 
     @property
     def dynamic(self) -> bool:
         return self.basis != EXACT
+
+    @property
+    def critical(self) -> float:
+        """The trips of the longest-running instance: its chain of dependent iterations is
+        the launch's critical path when the other instances finish early."""
+        return float(self.maximum) if self.longest is None else self.longest
 
     def describe(self) -> str:
         if not self.dynamic:
@@ -285,7 +295,14 @@ def _assumed_trips(op: ops.RegionOp, ctx: _Context, chain: list[ops.RegionOp]) -
         hi = max(0, min(int(ctx.assumed.get(e, (0, ctx.cap))[1]), ctx.cap))
         expected, maximum = expected * hi, maximum * hi
     spread = _spread(op, chain)
-    return Trips(expected / spread if spread > 1 else expected / 2, maximum, ASSUMED)
+    if spread <= 1:
+        return Trips(expected / 2, maximum, ASSUMED)
+    # `spread` instances share the loaded range (jagged segments partition the rows): with
+    # the cuts at random, the shares are near-exponential and the longest is about the mean
+    # times the harmonic number H_spread ~ ln(spread) + 0.5772 (measured: 11x the mean for
+    # 1024 segments with a quarter of them empty, 7.5x predicted).
+    mean = expected / spread
+    return Trips(mean, maximum, ASSUMED, min(float(maximum), mean * (math.log(spread) + 0.5772)))
 
 
 def _dynamic_trips(op: ops.RegionOp, ctx: _Context) -> Trips:

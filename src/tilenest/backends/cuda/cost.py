@@ -17,7 +17,11 @@ dot flops by operand kind, and the padded (m, n) of each `mma` with its flop sha
     throughput = rounds * SMs * max(dot, l2) / programs + step      (the busiest SM)
     latency    = waves * (trips * per_trip + load_latency_s), per_trip = load_latency_s /
                  (stages - 1) when pipelined, else load_latency_s + resident * (one
-                 program's compute per trip at the SM's rate)
+                 program's compute per trip at the SM's rate); where programs run loops of
+                 different lengths (trips_longest > trips: jagged segments, causal key
+                 loops) at least the chain of the longest-running program, which the launch
+                 waits for after the others finished: trips_longest * (chain_latency_s /
+                 max(1, stages - 1) + trip_bytes / chain_bandwidth) + load_latency_s
     memory     = (bytes - shared_bytes) * dram_fraction / bandwidth  (shared_bytes: loads
                  at addresses independent of the program, re-read from L2 after the first)
     shallow    = waves * trips * resident * (bytes / programs / trips) / (l2_bandwidth / SMs)
@@ -66,6 +70,11 @@ H200_RATES: dict[str, float] = {
     "n_half": 16.0,             # wgmma instruction n at which efficiency halves (fit)
     "step_s": 3.5e-8,           # per loop iteration of one program, not overlapped (fit)
     "load_latency_s": 5e-7, "launch_s": 3e-6, "l2_reuse": 1.0,
+    # One trip of the longest-running program's loop = a latency that pipelining divides plus
+    # its bytes at one program's streaming rate. Fit to two points of the H200 jagged_mean
+    # sweep (longest segment 5845 rows): ROWS8 BLOCK512 s1 (8 KiB a trip) 2.4 us per trip
+    # (1.741 ms / 730 trips), ROWS64 BLOCK128 s3 (16 KiB) 2.6 us (0.240 ms / 92): leads.
+    "chain_latency_s": 1.47e-6, "chain_bandwidth": 8.6e9,
     "program_s": 2e-8,          # per program on the busiest SM: block launch, prologue and
     #                             epilogue issue, overlapped by co-resident programs (a lead)
 }
@@ -175,6 +184,12 @@ class GpuCostPolicy(CostPolicy):
             # programs' compute queues behind each other.
             per_trip = lat + resident * sms * work / programs / max(trips, 1.0)
         latency = waves * (trips * per_trip + lat)
+        longest = s.get("trips_longest", trips)
+        if longest > trips and trips:
+            trip_bytes = s["bytes"] / programs / trips
+            per_chain_trip = w["chain_latency_s"] / max(1.0, s.get("stages", 1.0) - 1.0) \
+                + trip_bytes / max(w["chain_bandwidth"], 1e-30)
+            latency = max(latency, longest * per_chain_trip + lat)
         # Two stages keep one load in flight: each trip's operand transfer, at the SM's
         # share of the L2 bandwidth, is not hidden (H200, f16 4096^3: BM256 BN128 BK128
         # s2 0.307 ms where the roofline said 0.198, BM128 BN256 BK64 s3 0.188; flash

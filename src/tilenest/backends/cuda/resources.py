@@ -130,11 +130,12 @@ def region_trip_map(fn: Function) -> TripMap:
     return trip_counts(fn) if is_dynamic(fn) else {}
 
 
-def _trips(op: ops.RegionOp, counts: TripMap) -> float:
-    """Iterations of `op` per instance of its parent: exact when static, expected when
-    dynamic (`counts` must hold every dynamic region: `region_trip_map`)."""
+def _trips(op: ops.RegionOp, counts: TripMap, longest: bool = False) -> float:
+    """Iterations of `op` per instance of its parent: exact when static, expected (or, with
+    `longest`, those of the longest-running instance) when dynamic (`counts` must hold every
+    dynamic region: `region_trip_map`)."""
     if op.is_dynamic:
-        return counts[op].expected
+        return counts[op].critical if longest else counts[op].expected
     n = 1
     for e in op.extents:
         n *= e  # type: ignore[operator]
@@ -193,13 +194,13 @@ def count_work(fn: Function, plan: object) -> Work:
     return work
 
 
-def loop_trips(op: Op, counts: TripMap) -> float:
+def loop_trips(op: Op, counts: TripMap, longest: bool = False) -> float:
     """Iterations of the longest loop with loads inside one program (a dynamic one's
-    expected trips)."""
+    expected trips; with `longest`, those of the longest-running program)."""
     best = 0.0
     for inner in op.body.walk():
         if loops_as_loop(inner) and any(isinstance(x, ops.Load) for x in inner.body.walk()):
-            best = max(best, _trips(inner, counts))
+            best = max(best, _trips(inner, counts, longest))
     return best
 
 

@@ -158,6 +158,10 @@ class CudaTargetInfo:
         self.trips = region_trip_map(fn)
         self.phase_facts = [(op, ts, register_demand(op, layout, self.tensor_core),
                              float(loop_trips(op, self.trips))) for op, ts in tiles]
+        # ... and the longest-running program's trips (the critical path of a launch whose
+        # programs run loops of different lengths: jagged segments, causal key loops).
+        self.longest_trips = [float(loop_trips(op, self.trips, longest=True))
+                              for op, _ in tiles]
         self.max_demand = max((d for _, _, d, _ in self.phase_facts), default=0.0)
         self.has_mma = has_op(fn, ops.Mma)
         # The fixed controls a realized plan takes as they are (the traversal is the
@@ -547,7 +551,8 @@ class CudaTargetInfo:
             entry: dict[str, float] = {
                 "phase": float(i), "programs": programs, "sms": float(g.sms),
                 "warps": float(p.num_warps), "cc_major": float(g.compute_capability[0]),
-                "trips": trips, "stages": float(p.num_stages), "bytes": w.bytes_moved,
+                "trips": trips, "trips_longest": max(trips, self.longest_trips[i]),
+                "stages": float(p.num_stages), "bytes": w.bytes_moved,
                 "shared_bytes": w.shared_bytes * (1.0 - 1.0 / programs),
                 "dram_fraction": -1.0 if tiles else 1.0, **occ}
             for kind, flops in w.dot_flops.items():
