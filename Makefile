@@ -34,7 +34,7 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(PY) -m pytest -n auto -m "not serial" tests
+	$(PY) -m pytest -n auto -m "not serial" --durations=25 tests
 	$(PY) -m pytest -m serial tests
 
 lint: $(VENV)/.installed-test
