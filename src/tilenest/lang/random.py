@@ -158,7 +158,8 @@ class _TileArith(_Arith):
         return (a + m) & MASK32 if isinstance(a, int) else a + m
 
 
-def _key(seed: Any) -> list[Word]:
+def _seed_tile(seed: Any) -> int | Tile:
+    """The seed as a Python int (range-checked) or an integer rank-0 Tile."""
     if isinstance(seed, bool) or not isinstance(seed, (int, Index, Tile)):
         raise CaptureError(f"the seed of tn.rand/tn.randn must be a Python int, an index value "
                            f"or an integer rank-0 Tile, got {type(seed).__name__} {seed!r}")
@@ -166,33 +167,57 @@ def _key(seed: Any) -> list[Word]:
         if not -(1 << 63) <= seed < (1 << 64):
             raise DTypeError(f"the seed {seed} does not fit 64 bits (its value modulo 2**64 "
                              f"is the key: pass seed % 2**64)")
-        pattern = seed % (1 << 64)
-        return [pattern & MASK32, pattern >> 32]
+        return seed
     t = index_to_tile(seed, dt.i64) if isinstance(seed, Index) else seed
-    if t.rank != 0 or not t.dtype.is_int:
+    if t.ndim != 0 or not t.dtype.is_int:
         raise DTypeError(f"the seed of tn.rand/tn.randn must be an integer rank-0 Tile, got "
                          f"{t.type}")
-    wide = cast(t, dt.u64)  # sign-extended from a signed type
-    return [cast(wide, dt.u32), cast(wide >> 32, dt.u32)]
+    return t
 
 
-def _counter(offsets: Any) -> list[Word]:
+def _offsets_tile(offsets: Any) -> Tile:
     if isinstance(offsets, Index):
         offsets = index_to_tile(offsets, dt.i64)
     if not isinstance(offsets, Tile) or not offsets.dtype.is_int:
         what = str(offsets.type) if isinstance(offsets, Tile) else type(offsets).__name__
         raise DTypeError(f"the offsets of tn.rand/tn.randn must be an integer Tile (i32, u32 "
                          f"or i64: one draw per element), got {what}")
+    return offsets
+
+
+def _key(seed: int | Tile) -> list[Word]:
+    if isinstance(seed, int):
+        pattern = seed % (1 << 64)
+        return [pattern & MASK32, pattern >> 32]
+    wide = cast(seed, dt.u64)  # sign-extended from a signed type
+    return [cast(wide, dt.u32), cast(wide >> 32, dt.u32)]
+
+
+def _counter(offsets: Tile) -> list[Word]:
     if offsets.dtype.bits <= 32:
         return [cast(offsets, dt.u32), 0, 0, 0]
     wide = cast(offsets, dt.u64)
     return [cast(wide, dt.u32), cast(wide >> 32, dt.u32), 0, 0]
 
 
-def _words(seed: Any, offsets: Any, outputs: int) -> list[Tile]:
-    counter, key = _counter(offsets), _key(seed)
-    out = philox_rounds(_TileArith(), counter, key, ROUNDS, outputs)
-    assert all(isinstance(w, Tile) for w in out)  # c0 is a Tile, so every output is one
+def _generate(seed: Any, offsets: Any, finish: Callable[[list[Tile]], Tile],
+              outputs: int) -> Tile:
+    """`finish` of the first `outputs` Philox words of every offset, as one `map`: its
+    scalar body is the whole generator (the cpu emits it as one loop, cuda as one block
+    expression chain)."""
+    from tilenest.lang.elementwise import map as tile_map
+
+    key_seed, counter_offsets = _seed_tile(seed), _offsets_tile(offsets)
+
+    def element(offset: Tile, *seed_arg: Tile) -> Tile:
+        key = _key(seed_arg[0] if seed_arg else key_seed)
+        words = philox_rounds(_TileArith(), _counter(offset), key, ROUNDS, outputs)
+        assert all(isinstance(w, Tile) for w in words)  # c0 is a Tile: so is every output
+        return finish(words)
+
+    args = (counter_offsets,) if isinstance(key_seed, int) else (counter_offsets, key_seed)
+    out = tile_map(element, *args)
+    assert isinstance(out, Tile)
     return out
 
 
@@ -206,7 +231,7 @@ def rand(seed: Any, offsets: Any) -> Tile:
     """Uniform f32 in [0, 1) with the layout of `offsets`, one independent draw per element
     from Philox4x32-10 (module docstring): the top 24 bits of the first output word times
     2**-24, exact and bitwise equal on every backend."""
-    return _grid(_words(seed, offsets, 1)[0])
+    return _generate(seed, offsets, lambda w: _grid(w[0]), 1)
 
 
 def randn(seed: Any, offsets: Any) -> Tile:
@@ -216,9 +241,11 @@ def randn(seed: Any, offsets: Any) -> Tile:
     cos = _math("cos")
     from tilenest.lang.elementwise import log, sqrt
 
-    c0, c1 = _words(seed, offsets, 2)
-    u1, u2 = _grid(c0, 1), _grid(c1)
-    return sqrt(log(u1) * -2.0) * cos(u2 * (2.0 * math.pi))
+    def normal(w: list[Tile]) -> Tile:
+        u1, u2 = _grid(w[0], 1), _grid(w[1])
+        return sqrt(log(u1) * -2.0) * cos(u2 * (2.0 * math.pi))
+
+    return _generate(seed, offsets, normal, 2)
 
 
 def _math(name: str) -> Callable[[Any], Tile]:
