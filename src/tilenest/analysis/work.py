@@ -31,6 +31,7 @@ from math import ceil, prod
 from tilenest.analysis.trips import Trips, is_dynamic, trip_counts
 from tilenest.ir import ops
 from tilenest.ir.core import Function, Op, Value
+from tilenest.ir.ops_shape import SHAPE_OPS
 from tilenest.ir.types import TensorType, TileType
 
 Affine = tuple[dict[int, int], int | None] | None  # root-axis coefficients, constant part
@@ -264,6 +265,9 @@ def _walk(body: list[Op], rep: float, c: _Counter, slopes: _Slopes, inner_axis: 
             c.arith += 2 * c.vec(acc.shape) * k * rep
         elif isinstance(op, (ops.Extract, ops.Take)):
             c.indexed += rep * c.vec(op.result.type.shape)  # type: ignore[union-attr]
+        elif isinstance(op, SHAPE_OPS):
+            # reshape / join / split move elements (a relabel, or computed coordinates)
+            c.indexed += rep * sum(c.vec(r.type.shape) for r in op.results)  # type: ignore
         elif isinstance(op, ops.Map):
             t = op.inputs[0].type
             assert isinstance(t, TileType)

@@ -21,7 +21,7 @@ import numpy as np
 
 from tilenest.backends.cuda.emitter import Block, Emitter
 from tilenest.backends.cuda.rules import lowering
-from tilenest.backends.cuda.rules_tile import select_fold, shape_text
+from tilenest.backends.cuda.rules_tile import full_expr, select_fold, shape_text
 from tilenest.errors import BackendError
 from tilenest.ir.ops_shape import Join, Reshape, Split
 from tilenest.ir.types import TileType
@@ -87,6 +87,9 @@ def _reshape(em: Emitter, op: Reshape) -> None:
         mask = " & ".join(f"({em.arange(p, a, len(x.padded))} == 0)"
                           for a, p in enumerate(x.padded))
         em.bind(op.result, select_fold(em, x, mask, None), "r", ())
+        return
+    if src.size == 0:  # no element to move: any block of the padded shape
+        em.bind(op.result, full_expr(shape_text(pdst), 0, dst.dtype), "r", pdst)
         return
     if relabels(src.shape, x.padded, dst.shape, pdst):
         em.bind(op.result, f"tl.reshape({x.name}, {shape_text(pdst)}, can_reorder=False)",
