@@ -17,6 +17,8 @@ import numpy as np
 from tilenest.examples import (
     attention,
     cross_entropy,
+    cumsum,
+    dropout,
     embedding,
     flash_attention,
     gelu_residual,
@@ -34,6 +36,7 @@ from tilenest.examples import (
     softmax_backward,
     splitk_gemm,
     swiglu,
+    topk,
 )
 from tilenest.examples.common import Case as Case
 from tilenest.examples.common import Example as Example
@@ -49,7 +52,11 @@ EXAMPLES: dict[str, Example] = {
                # is a second kernel, its reduction runs over rows.
                softmax_backward.EXAMPLE, rmsnorm_backward.EXAMPLE, rmsnorm_backward.DW_EXAMPLE,
                # Issue 14: accumulation through combining stores.
-               splitk_gemm.EXAMPLE)
+               splitk_gemm.EXAMPLE,
+               # Issue 14: scans and selections (two phases through a workspace; top-k).
+               cumsum.EXAMPLE, topk.EXAMPLE,
+               # Issue 14: a counter-based generator (tn.rand) recomputing a mask.
+               dropout.EXAMPLE)
 }
 
 
@@ -70,6 +77,8 @@ OUTPUT_SHAPES: dict[str, Callable[[dict[str, int]], OutputShapes]] = {
     "jagged_mean": lambda s: (s["B"], s["D"]),
     "moe": lambda s: {"S": (2 * s["T"], s["F"]), "Y": (s["T"], s["F"])},
     "rmsnorm_backward_dw": lambda s: (s["N"],),
+    "cumsum": lambda s: {"Y": (s["N"],), "T": (max(1, -(-s["N"] // s["SEG"])),)},
+    "topk": lambda s: (s["M"], 8),
 }
 
 
