@@ -115,7 +115,7 @@ def deinterleave(X, Even, Odd, *, BM=2):
 
 def test_join_interleaves_and_split_inverts_it(target: str) -> None:
     rng, seed = _rng()
-    M, N = 5, 7
+    M, N = 5, 37  # a join tile of 2 x 37 x 2 elements: cpu loops over it (not unrolled)
     a, b = _values(rng, (M, N)), _values(rng, (M, N))
     bufs = Buffers()
     bufs.place(a, "transposed")
