@@ -49,6 +49,8 @@ CASES: dict[str, tuple[str, Case, str]] = {
     "rmsnorm_backward": ("rmsnorm_backward", Case({"M": 37, "N": 45}), "f32"),
     "rmsnorm_backward_dw": ("rmsnorm_backward_dw", Case({"M": 37, "N": 45}), "f32"),
     "splitk_gemm": ("splitk_gemm", Case({"M": 13, "N": 37, "K": 100}), "f32"),
+    "cumsum": ("cumsum", Case({"N": 1000, "SEG": 256}, {"SEG": 256}), "f32"),
+    "topk": ("topk", Case({"M": 37, "N": 45}), "f32"),
 }
 
 # x86-64-v3 (LLVM's feature names): every feature of the host's map outside this set is
