@@ -130,7 +130,9 @@ def describe_tensor(x: Any, name: str) -> TensorArg:
                      if not x.dtype.isnative else "")
             raise ArgumentError(f"argument `{name}`: numpy dtype {x.dtype}{order} is not "
                                 f"supported (supported: "
-                                f"{', '.join(t.name for t in dt.ALL_DTYPES)})")
+                                f"{', '.join(t.name for t in dt.ALL_DTYPES if not t.is_fp8)}; fp8 "
+                                f"through torch.float8_e4m3fn / float8_e5m2 tensors or "
+                                f"ml_dtypes arrays)")
         strides = []
         for s in x.strides:
             if s % x.itemsize:

@@ -44,11 +44,16 @@ def _tile_type(v: Value) -> TileType:
 def _full(em: Emitter, op: ops.Full) -> None:
     t = _tile_type(op.result)
     value = sc.const(t.dtype, op.value)
-    if t.dtype.name in ("f16", "bf16"):
+    if t.dtype.name in ("f16", "bf16") or t.dtype.is_fp8:
         # Constants of half types are rounded once, at compile time, like the reference.
         import numpy as np
 
-        if t.dtype.name == "f16":
+        if t.dtype.is_fp8:
+            from tilenest.backends.reference.numerics import round_to_f8
+
+            value = ir.Constant(sc.F32, float(round_to_f8(np.array([op.value], np.float64),
+                                                          t.dtype)[0]))
+        elif t.dtype.name == "f16":
             value = ir.Constant(sc.F32, float(np.float16(op.value)))
         else:
             from tilenest.backends.reference.numerics import round_to_bf16

@@ -52,7 +52,7 @@ def _fast_axis(em: Emitter, op: ops.Reduce, take: ops.Take, state: ClosedState) 
     assert isinstance(t, TileType)
     if (not x.uniform and em.lanes > 1) or axis != xt.rank - 1:
         return False
-    if t.dtype.name in ("f16", "bf16") or t.dtype.is_bool:
+    if t.dtype.name in ("f16", "bf16") or t.dtype.is_fp8 or t.dtype.is_bool:
         return False
     n = xt.shape[axis]
     p = em.plan.reduction_partitions

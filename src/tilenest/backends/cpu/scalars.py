@@ -1,10 +1,11 @@
 """Element-level code: LLVM types of tilenest dtypes and the scalar op of every TileIR op.
 
-In registers, bool is i1, i32/u32 are i32, i64/u64 are i64, f16/bf16/f32 are float and f64
-is double. f16 and bf16 values live in float registers and are rounded to their type after
-every op (fptrunc/fpext for f16, round-to-nearest-even on the bits for bf16), which is
-exactly the reference interpreter's native semantics. No op carries fast-math flags, so
-LLVM never contracts a multiply and an add into an FMA.
+In registers, bool is i1, an integer type of N bits is iN (i8/u8 i8, i16/u16 i16, ...),
+f8e4m3/f8e5m2/f16/bf16/f32 are float and f64 is double. fp8, f16 and bf16 values live in
+float registers and are rounded to their type after every op (fptrunc/fpext for f16,
+round-to-nearest-even on the bits for bf16 and fp8, fp8 saturating: `f8_bits`), which is
+exactly the reference interpreter's native semantics; fp8 memory holds i8 bit patterns.
+No op carries fast-math flags, so LLVM never contracts a multiply and an add into an FMA.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def reg_type(dtype: DType) -> ir.Type:
     if dtype.is_bool:
         return I1
     if dtype.is_int:
-        return I32 if dtype.bits == 32 else I64
+        return ir.IntType(dtype.bits)
     return F64 if dtype.bits == 64 else F32
 
 
@@ -45,6 +46,8 @@ def memory_type(dtype: DType) -> ir.Type:
         return F16
     if dtype.name == "bf16":
         return I16
+    if dtype.is_fp8:
+        return I8
     return reg_type(dtype)
 
 
@@ -87,12 +90,113 @@ def round_bf16(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return bf16_to_float(b, bf16_bits(b, x))
 
 
+def _k(ty: ir.Type, value: int) -> ir.Constant:
+    """An integer constant of scalar or vector type `ty`."""
+    return _splat(ty, value)
+
+
+def _scalar_of(ty: ir.Type) -> ir.Type:
+    return ty.element if isinstance(ty, ir.VectorType) else ty
+
+
+def _like(ty: ir.Type, element: ir.Type) -> ir.Type:
+    return ir.VectorType(element, ty.count) if isinstance(ty, ir.VectorType) else element
+
+
+def f8_bits(b: ir.IRBuilder, dtype: DType, x: ir.Value, keep_inf: bool = False) -> ir.Value:
+    """A float / double (vector) value → i8 fp8 bit patterns of `dtype`: the reference's
+    `f8_bits` (reference/numerics.py) as integer arithmetic on the IEEE bits — round to
+    nearest even, saturate (±inf too unless `keep_inf`), NaN keeps its sign and payload."""
+    from tilenest.ir.dtypes import FP8_FORMATS
+
+    fmt = FP8_FORMATS[dtype.name]
+    wide = _scalar_of(x.type) == F64
+    width, frac, bias = (64, 52, 1023) if wide else (32, 23, 127)
+    ity = _like(x.type, ir.IntType(width))
+    mb = fmt.mantissa
+
+    def k(v: int) -> ir.Constant:
+        return _k(ity, v)
+
+    u = b.bitcast(x, ity)
+    mag = b.and_(u, k((1 << (width - 1)) - 1))
+    exp = b.lshr(mag, k(frac))
+    shift = frac - mb
+    odd = b.and_(b.lshr(mag, k(shift)), k(1))
+    r = b.add(b.add(mag, k((1 << (shift - 1)) - 1)), odd)
+    code = b.sub(b.lshr(r, k(shift)), k((bias - fmt.bias) << mb))
+    code = b.select(b.icmp_signed(">", code, k(fmt.max_code)), k(fmt.max_code), code)
+    min_exp = bias + 1 - fmt.bias
+    sig = b.or_(b.and_(mag, k((1 << frac) - 1)), k(1 << frac))
+    sh = b.sub(k(frac - mb + min_exp), exp)
+    sh = b.select(b.icmp_signed(">", sh, k(frac + 2)), k(frac + 2), sh)
+    sh = b.select(b.icmp_signed("<", sh, k(1)), k(1), sh)
+    q = b.lshr(sig, sh)
+    rem = b.and_(sig, b.sub(b.shl(k(1), sh), k(1)))
+    half = b.shl(k(1), b.sub(sh, k(1)))
+    tie_odd = b.and_(b.icmp_unsigned("==", rem, half),
+                     b.icmp_unsigned("!=", b.and_(q, k(1)), k(0)))
+    up = b.or_(b.icmp_unsigned(">", rem, half), tie_odd)
+    sub = b.add(q, b.zext(up, ity))
+    out = b.select(b.icmp_signed("<", exp, k(min_exp)), sub, code)
+    top = (1 << (width - frac - 1)) - 1
+    is_nan = b.icmp_unsigned(">", mag, k(top << frac))
+    if fmt.has_inf:
+        payload = b.and_(b.lshr(mag, k(frac - 3)), k(3))
+        payload = b.select(b.icmp_unsigned("==", payload, k(0)), k(3), payload)
+        nan_code = b.or_(payload, k(0x7C))
+    else:
+        nan_code = k(0x7F)
+    out = b.select(is_nan, nan_code, out)
+    if keep_inf and fmt.has_inf:
+        out = b.select(b.icmp_unsigned("==", mag, k(top << frac)), k(0x7C), out)
+    sign = b.shl(b.lshr(u, k(width - 1)), k(7))
+    return b.trunc(b.or_(out, sign), _like(x.type, I8))
+
+
+def f8_to_float(b: ir.IRBuilder, dtype: DType, bits8: ir.Value) -> ir.Value:
+    """i8 fp8 bit patterns of `dtype` → float (exact; a NaN as 0x7FC00000 | sign |
+    payload << 20, the reference's `f8_to_f32`)."""
+    from tilenest.ir.dtypes import FP8_FORMATS
+
+    fmt = FP8_FORMATS[dtype.name]
+    ity = _like(bits8.type, I32)
+    fty = _like(bits8.type, F32)
+    mb = fmt.mantissa
+
+    def k(v: int) -> ir.Constant:
+        return _k(ity, v)
+
+    u = b.zext(bits8, ity)
+    e = b.and_(b.lshr(u, k(mb)), k((1 << fmt.exponent_bits) - 1))
+    m = b.and_(u, k((1 << mb) - 1))
+    normal = b.or_(b.shl(b.add(e, k(127 - fmt.bias)), k(23)), b.shl(m, k(23 - mb)))
+    tiny = b.bitcast(b.fmul(b.uitofp(m, fty), _splat(fty, 2.0 ** (1 - fmt.bias - mb))), ity)
+    mag = b.select(b.icmp_unsigned("==", e, k(0)), tiny, normal)
+    top = (1 << fmt.exponent_bits) - 1
+    nan = b.or_(k(0x7FC00000), b.shl(m, k(20)))
+    if fmt.has_inf:
+        special = b.select(b.icmp_unsigned("==", m, k(0)), k(0x7F800000), nan)
+        mag = b.select(b.icmp_unsigned("==", e, k(top)), special, mag)
+    else:
+        mag = b.select(b.icmp_unsigned("==", b.and_(u, k(0x7F)), k(0x7F)), nan, mag)
+    sign = b.shl(b.lshr(u, k(7)), k(31))
+    return b.bitcast(b.or_(mag, sign), fty)
+
+
+def round_f8(b: ir.IRBuilder, dtype: DType, x: ir.Value, keep_inf: bool = True) -> ir.Value:
+    """An op's result rounded to fp8 (±inf kept); `keep_inf=False`: a conversion's."""
+    return f8_to_float(b, dtype, f8_bits(b, dtype, x, keep_inf))
+
+
 def round_to(b: ir.IRBuilder, dtype: DType, x: ir.Value) -> ir.Value:
     """Round a float register value to `dtype` (a no-op for f32/f64 and non-floats)."""
     if dtype.name == "f16":
         return round_f16(b, x)
     if dtype.name == "bf16":
         return round_bf16(b, x)
+    if dtype.is_fp8:
+        return round_f8(b, dtype, x)
     return x
 
 
@@ -106,6 +210,8 @@ def from_memory(b: ir.IRBuilder, dtype: DType, v: ir.Value) -> ir.Value:
         return b.fpext(v, F32)
     if dtype.name == "bf16":
         return bf16_to_float(b, v)
+    if dtype.is_fp8:
+        return f8_to_float(b, dtype, v)
     return v
 
 
@@ -116,6 +222,8 @@ def to_memory(b: ir.IRBuilder, dtype: DType, v: ir.Value) -> ir.Value:
         return b.fptrunc(v, F16)
     if dtype.name == "bf16":
         return bf16_bits(b, v)
+    if dtype.is_fp8:
+        return f8_bits(b, dtype, v, keep_inf=True)
     return v
 
 
@@ -149,6 +257,18 @@ def cast(b: ir.IRBuilder, src: DType, dst: DType, v: ir.Value) -> ir.Value:
         if st.width > dt_.width:
             return b.trunc(v, dt_)
         return b.sext(v, dt_) if src.kind == "int" else b.zext(v, dt_)
+    if src.is_int and dst.is_fp8:
+        # exact after clamping to ±2**17 (past every fp8's range), then one rounding
+        lim, wide = 1 << 17, st.width > 17
+        if src.kind == "int":
+            if wide:
+                v = b.select(b.icmp_signed(">", v, ir.Constant(st, lim)), ir.Constant(st, lim), v)
+                v = b.select(b.icmp_signed("<", v, ir.Constant(st, -lim)),
+                             ir.Constant(st, -lim), v)
+            return round_f8(b, dst, b.sitofp(v, F32), keep_inf=False)
+        if wide:
+            v = b.select(b.icmp_unsigned(">", v, ir.Constant(st, lim)), ir.Constant(st, lim), v)
+        return round_f8(b, dst, b.uitofp(v, F32), keep_inf=False)
     if src.is_int and dst.is_float:
         conv = b.sitofp(v, dt_) if src.kind == "int" else b.uitofp(v, dt_)
         if dst.name in ("f16", "bf16") and st.width == 64:
@@ -157,6 +277,8 @@ def cast(b: ir.IRBuilder, src: DType, dst: DType, v: ir.Value) -> ir.Value:
     if src.is_float and dst.is_int:
         return saturating_float_to_int(b, dst, v)
     # float -> float
+    if dst.is_fp8:  # from the register's own bits (double too): one rounding
+        return round_f8(b, dst, v, keep_inf=src.is_fp8)
     if dst.name == "f16":
         return b.fpext(b.fptrunc(v, F16), F32)
     if dst.name == "bf16":

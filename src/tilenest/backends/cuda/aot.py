@@ -12,7 +12,9 @@ from tilenest.backends.cuda.plan import CudaPlan, default_plan
 from tilenest.backends.cuda.source_cache import load_source
 from tilenest.ir.core import Function
 
-_POINTER_TYPES = {"bool": "*i1", "i32": "*i32", "u32": "*u32", "i64": "*i64", "u64": "*u64",
+_POINTER_TYPES = {"bool": "*i1", "i8": "*i8", "u8": "*u8", "i16": "*i16", "u16": "*u16",
+                  "f8e4m3": "*fp8e4nv", "f8e5m2": "*fp8e5", "i32": "*i32", "u32": "*u32",
+                  "i64": "*i64", "u64": "*u64",
                   "f16": "*fp16", "bf16": "*bf16", "f32": "*fp32", "f64": "*fp64"}
 
 

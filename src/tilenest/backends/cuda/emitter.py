@@ -21,7 +21,9 @@ from tilenest.ir.dtypes import DType
 from tilenest.ir.types import TensorType, TileType
 
 TL_DTYPES: dict[str, str] = {
-    "bool": "tl.int1", "i32": "tl.int32", "u32": "tl.uint32", "i64": "tl.int64",
+    "bool": "tl.int1", "i8": "tl.int8", "u8": "tl.uint8", "i16": "tl.int16",
+    "u16": "tl.uint16", "f8e4m3": "tl.float8e4nv", "f8e5m2": "tl.float8e5", "i32": "tl.int32",
+    "u32": "tl.uint32", "i64": "tl.int64",
     "u64": "tl.uint64", "f16": "tl.float16", "bf16": "tl.bfloat16", "f32": "tl.float32",
     "f64": "tl.float64",
 }

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from tilenest.analysis.tile_ranges import decided_masks
 from tilenest.backends.cuda.emitter import Block, Emitter, tl_dtype
+from tilenest.backends.cuda.fp8 import f8_decode, f8_encode, f8_from_int
 from tilenest.backends.cuda.rules import lowering
 from tilenest.errors import BackendError
 from tilenest.ir import ops
-from tilenest.ir.core import Op
-from tilenest.ir.dtypes import DType
+from tilenest.ir.core import Op, Value
+from tilenest.ir.dtypes import DType, f32
 from tilenest.ir.types import TileType
 
 COMBINE_HELPER = {"add": "tn_add", "mul": "tn_mul", "maximum": "tn_max", "minimum": "tn_min"}
@@ -42,7 +43,20 @@ def _widest(*blocks: Block) -> tuple[int, ...]:
 
 
 def _result(em: Emitter, op: Op, expr: str, *blocks: Block) -> None:
+    t = op.result.type
+    if isinstance(t, TileType) and t.dtype.is_fp8 and not any(b.dtype.is_fp8 for b in blocks):
+        # an op on fp8 values computed in f32 (`_wide`): round the result to fp8
+        expr = f8_encode(em, em.assign(expr, "t"), f32, t.dtype, keep_inf=True)
     em.bind(op.result, expr, "t", _widest(*blocks))
+
+
+def _wide(em: Emitter, v: Value) -> Block:
+    """The operand block, fp8 decoded to f32 (fp8 ops compute in f32; fp8.py)."""
+    a = em.block(v)
+    if not a.dtype.is_fp8:
+        return a
+    return Block(f8_decode(em, a.name, a.dtype), TileType(f32, a.type.dims, a.type.shape),
+                 a.padded)
 
 
 def _half(dtype: DType) -> bool:
@@ -63,13 +77,13 @@ _ARITH = {ops.Add: "({} + {})", ops.Sub: "({} - {})", ops.Mul: "({} * {})",
 
 @lowering(*_ARITH)
 def _arith(em: Emitter, op: ops.Binary) -> None:
-    a, b = em.block(op.lhs), em.block(op.rhs)
+    a, b = _wide(em, op.lhs), _wide(em, op.rhs)
     _result(em, op, _ARITH[type(op)].format(a.name, b.name), a, b)
 
 
 @lowering(ops.Div)
 def _div(em: Emitter, op: ops.Binary) -> None:
-    a, b = em.block(op.lhs), em.block(op.rhs)
+    a, b = _wide(em, op.lhs), _wide(em, op.rhs)
     if a.dtype.name == "f64":
         expr = f"({a.name} / {b.name})"
     else:
@@ -79,7 +93,7 @@ def _div(em: Emitter, op: ops.Binary) -> None:
 
 @lowering(ops.FloorDiv, ops.Mod)
 def _floordiv(em: Emitter, op: ops.Binary) -> None:
-    a, b = em.block(op.lhs), em.block(op.rhs)
+    a, b = _wide(em, op.lhs), _wide(em, op.rhs)
     if a.dtype.is_float:
         raise BackendError(f"float '{op.name}' has no cuda emitter (numpy's floor_divide/mod "
                            f"edge cases need an exact fmod)", loc=op.loc)
@@ -90,14 +104,14 @@ def _floordiv(em: Emitter, op: ops.Binary) -> None:
 
 @lowering(ops.Maximum, ops.Minimum)
 def _minmax(em: Emitter, op: ops.Binary) -> None:
-    a, b = em.block(op.lhs), em.block(op.rhs)
+    a, b = _wide(em, op.lhs), _wide(em, op.rhs)
     combine = "maximum" if isinstance(op, ops.Maximum) else "minimum"
     _result(em, op, f"{combine_helper(combine, a.dtype)}({a.name}, {b.name})", a, b)
 
 
 @lowering(ops.Neg, ops.Abs, ops.Not)
 def _exact_unary(em: Emitter, op: ops.Unary) -> None:
-    a = em.block(op.x)
+    a = _wide(em, op.x)
     if isinstance(op, ops.Neg):  # Triton's unary minus is 0 - x: +0.0 for x = +0.0
         expr = f"({a.name} * -1.0)" if a.dtype.is_float else f"(-{a.name})"
     elif isinstance(op, ops.Abs):
@@ -114,7 +128,7 @@ MATH = {ops.Exp: "tn_exp", ops.Log: "tn_log", ops.Sqrt: "tn_sqrt", ops.Rsqrt: "t
 
 @lowering(*MATH)
 def _math(em: Emitter, op: ops.Unary) -> None:
-    a = em.block(op.x)
+    a = _wide(em, op.x)
     _result(em, op, _in_f32(a.dtype, MATH[type(op)] + "({})", a.name), a)
 
 
@@ -123,7 +137,7 @@ _CMP = {ops.Eq: "==", ops.Ne: "!=", ops.Lt: "<", ops.Le: "<=", ops.Gt: ">", ops.
 
 @lowering(*_CMP)
 def _compare(em: Emitter, op: ops.Compare) -> None:
-    a, b = em.block(op.lhs), em.block(op.rhs)
+    a, b = _wide(em, op.lhs), _wide(em, op.rhs)
     decided = decided_masks(em.fn).get(op.result)
     if decided is not None:  # fixed by the operands' ranges (analysis/tile_ranges.py)
         shape = list(_widest(a, b))
@@ -180,6 +194,20 @@ def _cast(em: Emitter, op: ops.Cast) -> None:
     if t.dtype == a.dtype:
         em.env[op.result] = Block(a.name, t, a.padded)
         return
+    if t.dtype.is_fp8:  # exact conversions of fp8.py (Triton's do not saturate)
+        if a.dtype.is_fp8:
+            expr = f8_encode(em, f8_decode(em, a.name, a.dtype), f32, t.dtype, keep_inf=True)
+        elif a.dtype.is_float:
+            expr = f8_encode(em, a.name, a.dtype, t.dtype, keep_inf=False)
+        else:
+            expr = f8_from_int(em, a.name, a.dtype, t.dtype)
+        em.bind(op.result, expr, "t", a.padded)
+        return
+    if a.dtype.is_fp8:
+        a = _wide(em, op.x)
+        if t.dtype == f32:
+            em.env[op.result] = Block(a.name, t, a.padded)
+            return
     if t.dtype.is_bool:
         zero = "0.0" if a.dtype.is_float else "0"
         expr = f"({a.name} != {zero})"

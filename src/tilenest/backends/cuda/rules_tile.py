@@ -34,6 +34,10 @@ def literal(value: bool | int | float, dtype: DType) -> str:
     types as `dtype`: usable as `other=` of a load and as a `tl.where` operand."""
     if dtype.is_bool:
         return repr(bool(value))
+    if dtype.is_fp8:  # Triton converts a Python float to fp8 inexactly (fp8.py)
+        from tilenest.backends.cuda.fp8 import f8_literal
+
+        return f8_literal(float(value), dtype)
     if dtype.is_float:
         v = float(value)
         if math.isnan(v):
@@ -48,6 +52,10 @@ def literal(value: bool | int | float, dtype: DType) -> str:
 
 def full_expr(shape: str, value: bool | int | float, dtype: DType) -> str:
     """`tl.full(shape, value, dtype)`, keeping the sign of a -0.0 fill."""
+    if dtype.is_fp8:
+        from tilenest.backends.cuda.fp8 import f8_literal
+
+        return f8_literal(float(value), dtype, shape)
     if is_negative_zero(value, dtype):
         return negative_zero(dtype, shape)
     return f"tl.full({shape}, {literal(value, dtype)}, {tl_dtype(dtype)})"

@@ -74,9 +74,12 @@ def f32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
 # integer arithmetic (cpu scalars.py `f8_bits`/`f8_to_float`, cuda rules_elementwise.py):
 # - float → fp8 rounds to nearest, ties to even, and saturates (`satfinite`, as Hopper's
 #   `cvt.rn.satfinite` and torch's e4m3fn cast): a magnitude that rounds past the largest
-#   finite value (±448 e4m3fn, ±57344 e5m2), ±inf included, gives ±that value. Every op
-#   on fp8 values rounds so (e5m2 inf + 0 is 57344); only a stored e5m2 value that came
-#   from memory as ±inf stays ±inf (`keep_inf`);
+#   finite value (±448 e4m3fn, ±57344 e5m2), ±inf included, gives ±that value;
+# - an op on fp8 values forms its result in float32 (exact for + - *; one rounding in f32
+#   then one to fp8 is innocuous double rounding for / and sqrt, 24 >= 2*4 + 2 bits) and
+#   rounds it the same way except that ±inf stays ±inf (`keep_inf`: e5m2 inf + 1 is inf,
+#   1 / 0 is inf; a finite overflow saturates) — so a select or a store never changes an
+#   fp8 value;
 # - NaN → NaN with its sign: e4m3fn 0x7F | sign; e5m2 0x7C | sign | p, p the two mantissa
 #   bits below a float32 NaN's quiet bit (bits 21..20), or 0b11 when those are zero (the
 #   canonical NaN 0x7FC00000 gives 0x7F, as torch and PTX do);
@@ -155,9 +158,9 @@ def f8_to_f32(bits: np.ndarray, dtype: DType) -> np.ndarray:
     return (mag | sign).astype(np.uint32).view(np.float32).reshape(np.shape(bits))
 
 
-def round_to_f8(x: np.ndarray | float, dtype: DType) -> np.ndarray:
+def round_to_f8(x: np.ndarray | float, dtype: DType, keep_inf: bool = False) -> np.ndarray:
     """Round to the nearest `dtype` (f8e4m3 / f8e5m2) value, saturating; a float32 array."""
-    return f8_to_f32(f8_bits(x, dtype), dtype)
+    return f8_to_f32(f8_bits(x, dtype, keep_inf), dtype)
 
 
 def saturating_float_to_int(a: np.ndarray, dst: DType) -> np.ndarray:
@@ -215,7 +218,7 @@ class Numerics:
         if not self.wide and dtype == bf16:
             return round_to_bf16(a)
         if not self.wide and dtype.is_fp8:
-            return round_to_f8(a, dtype)
+            return round_to_f8(a, dtype, keep_inf=True)
         return np.asarray(a, dtype=self.holder(dtype))
 
     def scalar(self, value: bool | int | float, dtype: DType) -> np.ndarray:
@@ -243,6 +246,8 @@ class Numerics:
             return np.asarray(a.astype(dst.numpy))
         if a.dtype.kind == "b":
             a = a.astype(np.float64)
+        if dst.is_fp8 and not self.wide:
+            return round_to_f8(a, dst, keep_inf=src.is_fp8)  # a conversion saturates ±inf
         return self.finish(a, dst)
 
     def from_storage(self, stored: np.ndarray, dtype: DType, bf16_bits: bool) -> np.ndarray:
