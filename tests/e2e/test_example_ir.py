@@ -52,6 +52,7 @@ GOLDEN_CASES = {
     "layernorm": Case({"M": 37, "N": 45}),
     "flash_attention": Case({"B": 1, "H": 2, "SQ": 37, "SK": 45, "D": 16}, {"CAUSAL": True}),
     "gqa_decode": Case({"B": 1, "HKV": 2, "G": 4, "S": 45, "D": 16}),
+    "dropout": Case({"M": 37, "N": 45}),
 }
 
 

@@ -62,25 +62,39 @@ class _Arith:
         raise NotImplementedError
 
 
+def key_schedule(arith: _Arith, key: list[Word], rounds: int = ROUNDS
+                 ) -> list[tuple[Word, Word]]:
+    """The key of each round: (k0, k1), then (W0, W1) added per round (mod 2**32)."""
+    k0, k1 = key
+    out = [(k0, k1)]
+    for _ in range(rounds - 1):
+        k0, k1 = arith.add(k0, PHILOX_W0), arith.add(k1, PHILOX_W1)
+        out.append((k0, k1))
+    return out
+
+
 def philox_rounds(arith: _Arith, counter: list[Word], key: list[Word], rounds: int = ROUNDS,
                   outputs: int = 4) -> list[Word]:
-    """The first `outputs` words of Philox4x32-`rounds` of `counter` under `key`.
+    """The first `outputs` words of Philox4x32-`rounds` of `counter` under `key`."""
+    return scheduled_rounds(arith, counter, key_schedule(arith, key, rounds), outputs)
+
+
+def scheduled_rounds(arith: _Arith, counter: list[Word], schedule: list[tuple[Word, Word]],
+                     outputs: int = 4) -> list[Word]:
+    """The Philox rounds under a key schedule (one round per key pair).
 
     Round: (hi0, lo0) = mulhilo(M0, c0), (hi1, lo1) = mulhilo(M1, c2),
-    c' = (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0); the key gains (W0, W1) between rounds.
-    The last round computes only the words asked for."""
+    c' = (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0). The last round computes only the words
+    asked for."""
     c0, c1, c2, c3 = counter
-    k0, k1 = key
-    for r in range(rounds):
-        last = r == rounds - 1
+    for r, (k0, k1) in enumerate(schedule):
+        last = r == len(schedule) - 1
         hi1, lo1 = arith.mulhilo(PHILOX_M1, c2)
         n0 = arith.xor(arith.xor(hi1, c1), k0)
         if last and outputs <= 2:
             return [n0, lo1][:outputs]
         hi0, lo0 = arith.mulhilo(PHILOX_M0, c0)
         c0, c1, c2, c3 = n0, lo1, arith.xor(arith.xor(hi0, c3), k1), lo0
-        if not last:
-            k0, k1 = arith.add(k0, PHILOX_W0), arith.add(k1, PHILOX_W1)
     return [c0, c1, c2, c3][:outputs]
 
 
@@ -202,21 +216,27 @@ def _counter(offsets: Tile) -> list[Word]:
 
 def _generate(seed: Any, offsets: Any, finish: Callable[[list[Tile]], Tile],
               outputs: int) -> Tile:
-    """`finish` of the first `outputs` Philox words of every offset, as one `map`: its
-    scalar body is the whole generator (the cpu emits it as one loop, cuda as one block
-    expression chain)."""
+    """`finish` of the first `outputs` Philox words of every offset, as one `map` whose
+    scalar body holds the rounds (the cpu emits it as one loop, cuda as one chain of block
+    expressions)."""
     from tilenest.lang.elementwise import map as tile_map
 
     key_seed, counter_offsets = _seed_tile(seed), _offsets_tile(offsets)
+    # The key schedule is per program, not per element: known words fold at capture, a
+    # Tile seed's schedule is computed on rank-0 tiles outside the map and passed in.
+    schedule = key_schedule(_TileArith(), _key(key_seed))
+    known = [k for pair in schedule for k in pair]
+    passed = [k for k in known if isinstance(k, Tile)]
 
-    def element(offset: Tile, *seed_arg: Tile) -> Tile:
-        key = _key(seed_arg[0] if seed_arg else key_seed)
-        words = philox_rounds(_TileArith(), _counter(offset), key, ROUNDS, outputs)
-        assert all(isinstance(w, Tile) for w in words)  # c0 is a Tile: so is every output
-        return finish(words)
+    def element(offset: Tile, *keys: Tile) -> Tile:
+        given = iter(keys)
+        words = [next(given) if isinstance(k, Tile) else k for k in known]
+        pairs = list(zip(words[0::2], words[1::2], strict=True))
+        out = scheduled_rounds(_TileArith(), _counter(offset), pairs, outputs)
+        assert all(isinstance(w, Tile) for w in out)  # c0 is a Tile: so is every output
+        return finish(out)
 
-    args = (counter_offsets,) if isinstance(key_seed, int) else (counter_offsets, key_seed)
-    out = tile_map(element, *args)
+    out = tile_map(element, counter_offsets, *passed)
     assert isinstance(out, Tile)
     return out
 
