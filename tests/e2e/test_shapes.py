@@ -139,9 +139,9 @@ def test_join_interleaves_and_split_inverts_it(target: str) -> None:
 
 @tn.kernel
 def int4_gemm(A, P, Out, *, BN=4, SCALE=0.5):
-    """Out = A @ W with W[k, 2h] = (P[k, h] % 16 - 8) * SCALE and W[k, 2h + 1] =
-    (P[k, h] // 16 - 8) * SCALE: two 4-bit weights per byte, unpacked in the kernel (the
-    nibbles joined along a new last dim, merged into the n axis) and fed to `mma`."""
+    """Out = A @ W with W[k, 2h] = ((P[k, h] & 0xF) - 8) * SCALE and W[k, 2h + 1] =
+    ((P[k, h] >> 4) - 8) * SCALE: two 4-bit weights per u8 byte, unpacked in the kernel
+    (the nibbles joined along a new last dim, merged into the n axis) and fed to `mma`."""
     M, K = A.shape
     N = Out.shape[1]
     m, k, n = tn.axis("m", M), tn.axis("k", K), tn.axis("n", BN)
@@ -149,7 +149,7 @@ def int4_gemm(A, P, Out, *, BN=4, SCALE=0.5):
         c0 = nest.index() * BN
         a = A.tile((0, 0), (m, k)).load()
         p = P.tile((0, c0 // 2), (k, BN // 2)).load()
-        nibbles = tn.join(p % 16, p // 16)
+        nibbles = tn.join(p & 0xF, p >> 4)
         w = (tn.reshape(nibbles, (k.dim, n)).astype(tn.f32) - 8.0) * SCALE
         Out.tile((0, c0), (m, n)).store(tn.mma(a, w, tn.zeros((m, n), tn.f32)))
 
@@ -158,13 +158,13 @@ def test_int4_unpack_feeds_mma(target: str) -> None:
     rng, seed = _rng()
     M, K, N = 3, 5, 10  # N / BN ragged: the last block's packed bytes read the fill 0
     a = _values(rng, (M, K))
-    packed = rng.integers(0, 256, (K, N // 2)).astype(np.int32)
+    packed = rng.integers(0, 256, (K, N // 2)).astype(np.uint8)
     bufs = Buffers()
     bufs.place(a, "offset")
     bufs.place(packed, "transposed")
     bufs.output((M, N), layout="strided")
     got = run_on(target, int4_gemm, bufs)
-    w = (np.stack([packed % 16, packed // 16], axis=-1).reshape(K, N) - 8.0) * 0.5
+    w = (np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(K, N) - 8.0) * 0.5
     want = _expected(bufs, {2: a.astype(np.float64) @ w})
     assert_same(got, want, bufs, f"{target} int4_gemm (seed {seed})")
 
