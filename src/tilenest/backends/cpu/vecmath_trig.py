@@ -164,7 +164,8 @@ def _reduce(o: _Ops, x: ir.Value) -> tuple[ir.Value, ir.Value]:
 
 def _sin_cos_kernels(o: _Ops, r: ir.Value) -> tuple[ir.Value, ir.Value]:
     z = o.mul(r, r)
-    s = o.add(r, o.mul(o.mul(r, z), o.horner(z, _SIN_S)))  # keeps the sign of r = ±0
+    s = o.add(r, o.mul(o.mul(r, z), o.horner(z, _SIN_S)))
+    s = o.sel(o.cmp("==", r, o.c(0.0)), r, s)  # -0 + (+0) would be +0: sin(-0) = -0
     c = o.add(o.sub(o.c(1.0), o.mul(o.c(0.5), z)), o.mul(o.mul(z, z), o.horner(z, _COS_C)))
     return s, c
 
