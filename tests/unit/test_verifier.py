@@ -50,10 +50,20 @@ def map_without_results() -> Function:
     return f.build()
 
 
+def shape_ops() -> Function:
+    f, m, n, x, t = base()
+    h, two, k = f.dim("h"), f.dim(anonymous=True), f.dim("k")
+    r = f.val("reshape", (x,), tile(f32, (m, 8), (h, 8), (two, 2)))
+    lo, hi = f.op("split", (r,), (tile(f32, (m, 8), (h, 8)),) * 2).results
+    f.val("join", (lo, hi), tile(f32, (m, 8), (h, 8), (k, 2)))
+    return f.build()
+
+
 VALID: dict[str, Callable[[], Function]] = {
     **{name: SAMPLES[name] for name in VALID_SAMPLES},
     "nested_regions": nested_regions,
     "map_without_results": map_without_results,
+    "shape_ops": shape_ops,
 }
 
 
