@@ -74,21 +74,44 @@ def row_scans(X, A, B, C, *, BM=4, ORDER="fold_left", USER=True):
             C.tile((r0, 0), (m, n)).store(tn.scan(lambda acc, v: acc * 0.5 + v, x, axis=n))
 
 
-def test_fold_left_scans_are_bitwise_the_reference(target: str) -> None:
-    """fold_left float scans (add, mul, a user's fn) keep the recurrence's rounding: bitwise
-    the reference, signed zeros and a NaN propagating along its row included."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_fold_left_scans_are_bitwise_the_reference(target: str, dtype: Any) -> None:
+    """fold_left float scans (add, mul, a user's fn) keep the recurrence's rounding in the
+    element type: bitwise the reference, signed zeros and a NaN propagating along its row
+    included."""
     rng, seed = _rng()
     M, N = 7, 13
     bufs = Buffers()
-    bufs.place(_floats(rng, (M, N)), "offset")
+    bufs.place(_floats(rng, (M, N)).astype(dtype), "offset")
     for layout in ("contiguous", "strided", "offset"):
-        bufs.output((M, N), layout=layout)
+        bufs.output((M, N), dtype, layout=layout)
     want = run_on("reference", row_scans, bufs)
     got = run_on(target, row_scans, bufs)
     assert_same(got, want, bufs, f"{target} fold_left row scans (seed {seed})")
     x = bufs.numpy_args(want)[0].astype(np.float64)
-    a = bufs.numpy_args(want)[1]
-    np.testing.assert_allclose(a[:-1], np.cumsum(x, axis=1)[:-1], rtol=1e-5, atol=1e-5)
+    a = bufs.numpy_args(want)[1].astype(np.float64)
+    tol = 1e-5 if dtype == np.float32 else 2e-2
+    np.testing.assert_allclose(a[:-1], np.cumsum(x, axis=1)[:-1], rtol=tol, atol=tol)
+
+
+def test_reference_regroups_unordered_scans_when_shuffled() -> None:
+    """Under order="shuffle" the reference evaluates an unordered_tree scan as a doubling
+    prefix (another grouping: a program relying on in-order rounding shows it), fold_left
+    keeps the recurrence."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((5, 37)).astype(np.float32)
+    runs = {}
+    for order in ("forward", "shuffle"):
+        for contract in ("fold_left", "unordered_tree"):
+            outs = [np.full_like(x, np.nan) for _ in range(3)]
+            tn.interpret(row_scans, x, *outs, order=order, ORDER=contract, USER=False)
+            runs[order, contract] = outs[0]
+    assert np.array_equal(runs["forward", "fold_left"], runs["shuffle", "fold_left"])
+    assert np.array_equal(runs["forward", "fold_left"], runs["forward", "unordered_tree"])
+    shuffled = runs["shuffle", "unordered_tree"]
+    assert not np.array_equal(shuffled, runs["forward", "unordered_tree"])
+    np.testing.assert_allclose(shuffled, np.cumsum(x.astype(np.float64), axis=1), rtol=1e-5,
+                               atol=1e-5)
 
 
 def test_unordered_float_scans_within_tolerance(target: str) -> None:
