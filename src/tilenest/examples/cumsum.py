@@ -14,10 +14,11 @@ ragged). One kernel, two phases (two launches: the second sees every store of th
 
 Bandwidth model (N elements, 4-byte f32): phase 1 reads 4N bytes, phase 2 reads 4N and
 writes 4N, so the kernel moves 12N bytes where a copy moves 8N: at most 0.67x copy bandwidth
-from DRAM, more where phase 2's first reads hit L2 (the H200's 60 MB hold a quarter of a 16M
-vector; 64 MiB). The totals (S floats) and each phase-2 program's prefix over them (S reads
-from L2) are small when S is a few hundred to a thousand: `segment_length` picks SEG for at
-most `SEGMENTS` segments. The goal (issue 14) is >= 0.6x copy for 16M f32 on the H200.
+from DRAM, more where phase 2's first reads hit L2 (the H200's 50 MB L2 holds most of what
+phase 1 read last of a 16M vector's 64 MiB). The totals (S floats) and each phase-2
+program's prefix over them (S reads from L2) are small when S is a few hundred to a
+thousand: `segment_length` picks SEG for at most `SEGMENTS` segments. The goal (issue 14)
+is >= 0.6x copy for 16M f32 on the H200.
 
 Contracts: `tn.sum` and `tn.cumsum` are `unordered_tree` (the default: the GPU scans a chunk
 as a parallel prefix), so the result is a cumulative sum up to f32 rounding, checked against
