@@ -271,3 +271,42 @@ def test_math_capture_errors_point_at_the_user_line(how: str, message: str, mark
     text = str(info.value)
     assert "test_math_functions.py" in text and f"# at: {marker}" in text
     assert "mathfns" not in text
+
+
+# ---------------------------------------------------------------------------- IR and map
+
+
+def test_math_ops_print_parse_and_verify() -> None:
+    from tilenest.ir import parse_function, print_function, verify
+
+    a, p, e = _inputs(np.random.default_rng(3), np.float32)
+    outs = [np.full(N, np.nan, np.float32) for _ in range(7)]
+    fn = math_functions.ir(a, p, e, *outs)
+    text = print_function(fn)
+    for name in ("sin", "cos", "erf", "exp2", "log2", "pow"):
+        assert f" {name}(" in text or f" {name} " in text, name
+    again = parse_function(text)
+    verify(again)
+    assert print_function(again) == text
+
+
+@tn.kernel
+def mapped(X, Y):
+    (n_total,) = X.shape
+    g, n = tn.axis("g", tn.cdiv(n_total, BLOCK)), tn.axis("n", BLOCK)
+    for nest in tn.parallel(g):
+        (i,) = nest.coord()
+        x = X.tile((i * BLOCK,), (n,)).load()
+        Y.tile((i * BLOCK,), (n,)).store(tn.map(lambda v: tn.sin(v) * tn.pow(v * v, 0.25), x))
+
+
+def test_math_in_a_map_body(target: str) -> None:
+    rng, seed = _rng()
+    x = rng.uniform(-6.0, 6.0, N).astype(np.float32)
+    bufs = Buffers()
+    bufs.place(x, "offset")
+    bufs.output((N,), np.float32, "offset")
+    got = bufs.numpy_args(run_on(target, mapped, bufs))[1]
+    xd = x.astype(np.float64)
+    np.testing.assert_allclose(got, np.sin(xd) * np.abs(xd) ** 0.5, rtol=1e-6, atol=1e-7,
+                               err_msg=f"{target} map (seed {seed})")

@@ -212,6 +212,8 @@ def tn_min_tree(a, b):
 # not an integer -> NaN, an odd integer y keeps the sign of x (-0 included).
 @triton.jit
 def tn_pow(x, y):
+    # One shape for both (a block & a 0-d bool fails in the interpreter); values unchanged.
+    x, y = tl.where(y == y, x, x), tl.where(x == x, y, y)
     ax = tl.abs(x)
     ay = tl.abs(y)
     mag = tl.exp(y * tl.log(ax))
