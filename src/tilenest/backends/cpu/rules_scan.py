@@ -142,6 +142,8 @@ def _pick(em: Emitter, x: Tile, alive: Tile, dtype: DType, axis: int, n: int,
 @lowering(TopK)
 def _topk(em: Emitter, op: TopK) -> None:
     x = em.tile(op.x)
+    if isinstance(x, Recipe):  # read k times: evaluate a fused producer once
+        x = em.materialize(x)
     t = _tile_type(op.x)
     axis, n, k = op.axis, t.shape[op.axis], op.k
     vt = _tile_type(op.values)
