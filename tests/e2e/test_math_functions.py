@@ -13,6 +13,7 @@ exact ops and sums, checked bitwise (clamp) and to the sum's tolerance (mean).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -310,3 +311,31 @@ def test_math_in_a_map_body(target: str) -> None:
     xd = x.astype(np.float64)
     np.testing.assert_allclose(got, np.sin(xd) * np.abs(xd) ** 0.5, rtol=1e-6, atol=1e-7,
                                err_msg=f"{target} map (seed {seed})")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64], ids=["f32", "f16", "f64"])
+def test_cuda_device_source_calls_libdevice(dtype: Any) -> None:
+    """The device build (planned for the H200, not run here) calls libdevice's accurate
+    functions: f32/f16 pow through f64, 16-bit types computed in f32."""
+    import triton.language.standard as standard
+    from triton.runtime.jit import JITFunction
+
+    from tilenest.backends.cuda.lower import lower_function
+    from tilenest.backends.cuda.target import H200, plan_cuda
+    from tilenest.plan.search import require_selection
+
+    a, p, e = _inputs(np.random.default_rng(5), dtype)
+    fn = math_functions.ir(a, p, e, *(np.full(N, np.nan, dtype) for _ in range(7)))
+    result, _ = plan_cuda(fn, {}, H200)
+    plan = require_selection(result, fn.name).plan
+    source = lower_function(fn, plan, assume_no_alias=True, interpret=False).source
+    compile(source, "<math_functions>", "exec")
+    arg = {np.float16: r"\w+\.to\(tl\.float32\)", np.float32: r"\w+", np.float64: r"\w+"}[dtype]
+    for name in ("sin", "cos", "erf", "exp2", "log2"):
+        assert re.search(rf"libdevice\.{name}\({arg}\)", source), name
+    wide = r"\w+" if dtype == np.float64 else r"\w+\.to\(tl\.float64\)"
+    assert len(re.findall(rf"libdevice\.pow\({wide}, {wide}\)", source)) == 2  # pow and **
+    assert "tn_pow(" not in source  # the interpreter's helper
+    for name in dir(standard):
+        if isinstance(getattr(standard, name), JITFunction):
+            assert f"tl.{name}(" not in source, name
