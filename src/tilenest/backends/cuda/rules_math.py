@@ -4,8 +4,9 @@ On the device every function is libdevice's accurate one (CUDA's documented boun
 sin/cos/erf/exp2 2 ulp, log2 1 ulp; f64 sin/cos/erf/pow 2 ulp, exp2/log2 1 ulp), f16/bf16
 computing in f32 and rounding once; f32 (and 16-bit) pow runs libdevice's f64 `pow` and
 rounds (< 1 ulp; `powf` is a 4 ulp function). Under Triton's interpreter, which has no
-libdevice, each function is numpy's in float64 (the prelude's `tn_pow` for C99 pow) rounded
-once, as the reference computes it.
+libdevice, each function is numpy's in float64 rounded once, as the reference computes it;
+pow is the prelude's `tn_pow`, C99 pow as exp(y log|x|) in f64 (below 1 ulp once rounded to
+f32; in f64 its error grows with |y log x|: an interpreter-only compromise).
 """
 
 from __future__ import annotations
