@@ -228,7 +228,12 @@ def test_cuda_deterministic_store_it_cannot_order_fails_closed() -> None:
     np.testing.assert_array_equal(yn, want)
 
 
-def test_cpu_packed_programs_must_fill_their_packets() -> None:
-    x, y = np.ones((3, 4), np.float32), np.zeros(4, np.float32)
-    with pytest.raises(TileError, match="local_lanes"):
-        mixed.compile(x, y, target="cpu", constraints={"local_lanes": 1})
+def test_cpu_packed_programs_combine_once() -> None:
+    """One program per lane: a packet's lanes past the launch repeat the last program, and
+    must not combine twice (3 programs in a packet of 8 lanes)."""
+    x = _exact_values(np.random.default_rng(), (3, 4), np.float32)
+    y, want = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    tn.interpret(mixed, x, want)
+    compiled = mixed.compile(x, y, target="cpu", constraints={"local_lanes": 1})
+    compiled(x, y)
+    np.testing.assert_array_equal(y, want)

@@ -30,8 +30,8 @@ def splitk_gemm(A, B, C, *, BM=tn.tunable(16, 32, 64), BN=tn.tunable(64, 128, 32
     ks = tn.axis("ks", SPLIT)
     m, n, k = tn.axis("m", BM), tn.axis("n", BN), tn.axis("k", BK)
     chunk = tn.cdiv(tn.cdiv(K, BK), SPLIT)   # K tiles per split
-    if ZERO:
-        for nest in tn.parallel(gm, gn):
+    if ZERO:   # a grid of the main phase's rank; its third axis has one program
+        for nest in tn.parallel(gm, gn, tn.axis("z", 1)):
             C.tile((nest.index(gm) * BM, nest.index(gn) * BN), (m, n)).store(
                 tn.zeros((m, n), C.dtype))
     for nest in tn.parallel(gm, gn, ks):
@@ -49,7 +49,12 @@ def splitk_gemm(A, B, C, *, BM=tn.tunable(16, 32, 64), BN=tn.tunable(64, 128, 32
 
 
 def make_inputs(rng: np.random.Generator, *, M: int, N: int, K: int) -> dict[str, np.ndarray]:
-    return {"A": rng.standard_normal((M, K)), "B": rng.standard_normal((K, N))}
+    """Quarter-integers in [-1, 1]: at the test cases' sizes every product and partial sum
+    is exact in f32 and f16, so the unordered combine gives the same bits in any order
+    (plan sweeps compare plans bit for bit); the GPU's nondeterminism needs general values,
+    which the benchmark uses."""
+    return {"A": np.rint(rng.uniform(-1, 1, (M, K)) * 4) / 4,
+            "B": np.rint(rng.uniform(-1, 1, (K, N)) * 4) / 4}
 
 
 def reference(A: np.ndarray, B: np.ndarray) -> np.ndarray:

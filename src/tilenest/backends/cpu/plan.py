@@ -114,22 +114,15 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
 
 
 def _validate_combining(plan: CpuPlan, fn: Function, lanes: int) -> None:
-    """Combining stores: every packed program must contribute once (a packet's lanes past
-    the end repeat the last program), and a deterministic float add needs its programs run
-    on one thread in instance order (identity root-axis order, row-major traversal, one
-    program per packet, one task or one thread)."""
+    """Combining stores: a deterministic float add needs its programs run on one thread in
+    instance order (identity root-axis order, row-major traversal, one program per packet,
+    one task or one thread)."""
     from tilenest.analysis.combining import combining_stores, ordered_combines, programs
 
     if not combining_stores(fn):
         return
     for op in root_parallels(fn):
         n = programs(op)
-        has = any(isinstance(s, ops.Store) and s.combine is not None for s in op.body.walk())
-        if has and lanes > 1 and n % lanes:
-            raise _fail("local_lanes", f"the parallel at {op.loc} has combining stores and "
-                                       f"{n} programs, not a multiple of the {lanes} "
-                                       "programs of a packet (the spare lanes would "
-                                       "combine twice): use one program per packet")
         ordered = ordered_combines(op)
         if not ordered:
             continue

@@ -189,11 +189,46 @@ def combine_element(em: Emitter, dtype: DType, combine: str, addr: ir.Value,
     b.position_at_end(done)
 
 
+def _root_parallel(op: ops.Store) -> ops.Parallel | None:
+    """The root `parallel` around `op` (whose programs the packets hold), if any."""
+    outer = None
+    region = op.parent
+    while region is not None and region.parent is not None:
+        if isinstance(region.parent, ops.Parallel):
+            outer = region.parent
+        region = region.parent.parent
+    return outer
+
+
+def _real_lane(em: Emitter, op: ops.Store, lane: ir.Value) -> ir.Value:
+    """Whether packed lane `lane` holds a program of its own: lanes past the end of the
+    launch repeat the last program (emit._packet_numbers), so a lane is a repeat exactly
+    when its root coordinates equal the previous lane's (distinct programs differ)."""
+    b = em.b
+    first = b.icmp_signed("==", lane, c64(0))
+    prev = b.select(first, lane, b.sub(lane, c64(1)))
+    real = first
+    par = _root_parallel(op)
+    for c in par.coords if par is not None else ():
+        idx = em.env.get(c)
+        if isinstance(idx, Idx) and not idx.uniform:
+            real = b.or_(real, b.icmp_signed("!=", em.idx_lane(idx, lane),
+                                             em.idx_lane(idx, prev)))
+    return real
+
+
 def _combining_store(em: Emitter, op: ops.Store, region: Region, value: Tile) -> None:
     b = em.b
     dtype = region.tensor.dtype
 
     def one_lane(lane: ir.Value | None) -> None:
+        if lane is not None:  # a repeated program must not combine twice
+            with b.if_then(_real_lane(em, op, lane), likely=True):
+                combine_lane(lane)
+        else:
+            combine_lane(lane)
+
+    def combine_lane(lane: ir.Value | None) -> None:
         dst = region.memory_view(lane)
 
         def put(coords: list[ir.Value], _: ir.Value | None) -> None:
