@@ -214,29 +214,94 @@ def _counter(offsets: Tile) -> list[Word]:
     return [cast(wide, dt.u32), cast(wide >> 32, dt.u32), 0, 0]
 
 
+class _Hoist(_Arith):
+    """A dry run of the rounds outside the map: known words fold, words of the key alone
+    (a Tile seed's) are computed now on rank-0 tiles, words of the offset are `ELEMENT`.
+    Records every result for `_Replay`, and the key-only tiles element words consume."""
+
+    def __init__(self) -> None:
+        self.results: list[tuple[Word, ...]] = []
+        self.needed: dict[Any, Tile] = {}  # by IR value, in first-use order
+
+    def _need(self, *words: Word) -> None:
+        for w in words:
+            if isinstance(w, Tile):
+                self.needed.setdefault(w.value, w)
+
+    def mulhilo(self, m: int, w: Word) -> tuple[Word, Word]:
+        out = (ELEMENT, ELEMENT) if w is ELEMENT else _TileArith().mulhilo(m, w)
+        self.results.append(out)
+        return out
+
+    def xor(self, a: Word, b: Word) -> Word:
+        if a is ELEMENT or b is ELEMENT:
+            self._need(a, b)
+            out = ELEMENT
+        else:
+            out = _TileArith().xor(a, b)
+        self.results.append((out,))
+        return out
+
+    def add(self, a: Word, m: int) -> Word:
+        raise AssertionError("the key schedule is computed before the rounds")
+
+
+class _Replay(_Arith):
+    """The rounds inside the map: a result the dry run knew is reused (a rank-0 tile passed
+    into the map, or an int), the rest is computed on the element's words."""
+
+    def __init__(self, hoisted: _Hoist, passed: dict[Any, Tile]) -> None:
+        self.results = iter(hoisted.results)
+        self.passed = passed
+
+    def inside(self, w: Word) -> Word:
+        return self.passed.get(w.value, _UNAVAILABLE) if isinstance(w, Tile) else w
+
+    def mulhilo(self, m: int, w: Word) -> tuple[Word, Word]:
+        known = next(self.results)
+        if known[0] is ELEMENT:
+            return _TileArith().mulhilo(m, w)
+        return self.inside(known[0]), self.inside(known[1])
+
+    def xor(self, a: Word, b: Word) -> Word:
+        (known,) = next(self.results)
+        if known is ELEMENT:
+            assert a is not _UNAVAILABLE and b is not _UNAVAILABLE
+            return _TileArith().xor(a, b)
+        return self.inside(known)
+
+    def add(self, a: Word, m: int) -> Word:
+        raise AssertionError("the key schedule is computed before the rounds")
+
+
+ELEMENT = object()  # a word that depends on the element's offset (`_Hoist`)
+_UNAVAILABLE = object()  # a key-only word no element word consumes: not passed in
+
+
 def _generate(seed: Any, offsets: Any, finish: Callable[[list[Tile]], Tile],
               outputs: int) -> Tile:
     """`finish` of the first `outputs` Philox words of every offset, as one `map` whose
     scalar body holds the rounds (the cpu emits it as one loop, cuda as one chain of block
-    expressions)."""
+    expressions). What depends on the key alone is computed once per program, outside
+    the map: the key schedule and the early rounds' key-only words (folded to constants
+    for a Python int seed, rank-0 tiles for a Tile seed)."""
     from tilenest.lang.elementwise import map as tile_map
 
     key_seed, counter_offsets = _seed_tile(seed), _offsets_tile(offsets)
-    # The key schedule is per program, not per element: known words fold at capture, a
-    # Tile seed's schedule is computed on rank-0 tiles outside the map and passed in.
     schedule = key_schedule(_TileArith(), _key(key_seed))
-    known = [k for pair in schedule for k in pair]
-    passed = [k for k in known if isinstance(k, Tile)]
+    hoisted = _Hoist()
+    wide = counter_offsets.dtype.bits > 32
+    scheduled_rounds(hoisted, [ELEMENT, ELEMENT if wide else 0, 0, 0], schedule, outputs)
+    needed = list(hoisted.needed.values())
 
     def element(offset: Tile, *keys: Tile) -> Tile:
-        given = iter(keys)
-        words = [next(given) if isinstance(k, Tile) else k for k in known]
-        pairs = list(zip(words[0::2], words[1::2], strict=True))
-        out = scheduled_rounds(_TileArith(), _counter(offset), pairs, outputs)
+        replay = _Replay(hoisted, {t.value: k for t, k in zip(needed, keys, strict=True)})
+        pairs = [(replay.inside(k0), replay.inside(k1)) for k0, k1 in schedule]
+        out = scheduled_rounds(replay, _counter(offset), pairs, outputs)
         assert all(isinstance(w, Tile) for w in out)  # c0 is a Tile: so is every output
         return finish(out)
 
-    out = tile_map(element, counter_offsets, *passed)
+    out = tile_map(element, counter_offsets, *needed)
     assert isinstance(out, Tile)
     return out
 
