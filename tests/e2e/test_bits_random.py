@@ -262,6 +262,33 @@ def test_rand_offsets_below_2_31_agree_across_offset_dtypes() -> None:
     assert np.array_equal(seen[0], rand_numpy(99, offsets))
 
 
+@tn.kernel
+def dropout_in_a_map(O, X, Y, *, SEED=77, BLOCK=8):
+    """tn.rand on the rank-0 tiles of a tn.map body (no nested map)."""
+    (N,) = X.shape
+    g, n = tn.axis("g", tn.cdiv(N, BLOCK)), tn.axis("n", BLOCK)
+    for nest in tn.parallel(g):
+        i0 = nest.index() * BLOCK
+        o, x = O.tile((i0,), (n,)).load(), X.tile((i0,), (n,)).load()
+        keep = tn.map(lambda oo, xx: tn.where(tn.rand(SEED, oo) > 0.25, xx, -xx), o, x)
+        Y.tile((i0,), (n,)).store(keep)
+
+
+def test_rand_inside_a_map_body(target: str) -> None:
+    rng, seed = _rng()
+    N = 21
+    offsets = _offsets(rng, np.int64, (N,))
+    x = rng.integers(-64, 64, N).astype(np.float32) / 8
+    bufs = Buffers()
+    bufs.place(offsets)
+    bufs.place(x, "offset")
+    bufs.output((N,), np.float32, "offset")
+    got = run_on(target, dropout_in_a_map, bufs)
+    want = bufs.copies()
+    bufs.numpy_args(want)[2][...] = np.where(rand_numpy(77, offsets) > 0.25, x, -x)
+    assert_same(got, want, bufs, f"{target} rand in a map (seed {seed})")
+
+
 # ---------------------------------------------------------------------------- tn.randn
 
 

@@ -288,6 +288,10 @@ def _generate(seed: Any, offsets: Any, finish: Callable[[list[Tile]], Tile],
     from tilenest.lang.elementwise import map as tile_map
 
     key_seed, counter_offsets = _seed_tile(seed), _offsets_tile(offsets)
+    if counter_offsets.ndim == 0:  # one element (a `tn.map` body's, say): no map needed
+        words = philox_rounds(_TileArith(), _counter(counter_offsets), _key(key_seed), ROUNDS,
+                              outputs)
+        return finish(words)
     schedule = key_schedule(_TileArith(), _key(key_seed))
     hoisted = _Hoist()
     wide = counter_offsets.dtype.bits > 32
