@@ -106,12 +106,13 @@ def split_phases(entry: dict[str, float], site: SplitSite, splits: int
     ws_bytes = 4.0 * splits * site.programs * block
     partial = dict(entry)
     partial["programs"] = entry["programs"] * splits
-    partial["trips"] = float(site.chunk(splits))
+    # Every slice runs ceil(trips / S) trips: the static K loop stays balanced.
+    partial["trips"] = partial["trips_longest"] = float(site.chunk(splits))
     partial["bytes"] = entry["bytes"] + ws_bytes
     combine = {k: v for k, v in entry.items() if not k.startswith(("flops_", "mma"))}
     combine.pop("copy_bytes", None)
     combine.pop("copies", None)
-    combine.update({"trips": 0.0, "stages": 1.0, "bytes": ws_bytes, "dram_fraction": 1.0,
+    combine.update({"trips": 0.0, "trips_longest": 0.0, "stages": 1.0, "bytes": ws_bytes, "dram_fraction": 1.0,
                     "mmas": 0.0})
     return [partial, combine]
 
