@@ -59,11 +59,19 @@ def shape_ops() -> Function:
     return f.build()
 
 
+def shift_ops() -> Function:
+    f, m, n, x, t = base()
+    xi = f.val("cast", (x,), t.with_dtype(i32))
+    f.val("shr", (f.val("shl", (xi, xi), xi.type), xi), xi.type)
+    return f.build()
+
+
 VALID: dict[str, Callable[[], Function]] = {
     **{name: SAMPLES[name] for name in VALID_SAMPLES},
     "nested_regions": nested_regions,
     "map_without_results": map_without_results,
     "shape_ops": shape_ops,
+    "shift_ops": shift_ops,
 }
 
 
@@ -120,6 +128,13 @@ def add_layout_mismatch() -> Function:
 def add_dtype_mismatch() -> Function:
     f, m, n, x, t = base()
     f.val("add", (x, f.val("cast", (x,), t.with_dtype(i32))), t)
+    return f.build()
+
+
+@invalid("'shl'", "element type of kind ['int', 'uint']", "f32")
+def shift_of_float() -> Function:
+    f, m, n, x, t = base()
+    f.val("shl", (x, x), t)
     return f.build()
 
 
