@@ -240,13 +240,28 @@ def bad_power(X, *, HOW="tile"):
             X.tile((0,), (n,)).store(2.0 ** x)  # at: rpow
 
 
-def test_power_with_a_tile_exponent_says_what_to_use():
+def test_power_with_a_tile_exponent_is_elementwise_pow():
+    x = np.array([0.5, 1.5, 2.0, 3.25], np.float32)
+    got = x.copy()
+    tn.interpret(bad_power, got)
+    np.testing.assert_allclose(got, x ** x, rtol=1e-6)
+    got = x.copy()
+    tn.interpret(bad_power, got, HOW="rpow")
+    np.testing.assert_allclose(got, 2.0 ** x, rtol=1e-6)
+
+
+@tn.kernel
+def index_power(X):
+    n = tn.axis("n", 4)
+    for p in tn.parallel(2):
+        x = X.tile((0,), (n,)).load()
+        X.tile((0,), (n,)).store(x ** p.index())  # at: pow-index
+
+
+def test_power_with_an_index_exponent_says_what_to_use():
     with pytest.raises(tn.CaptureError, match="Python int or float exponent") as err:
-        tn.interpret(bad_power, np.ones(4, np.float32))
-    points_at(err, "pow-tile")
-    with pytest.raises(tn.CaptureError, match="Tile exponent is not supported") as err:
-        tn.interpret(bad_power, np.ones(4, np.float32), HOW="rpow")
-    points_at(err, "rpow")
+        tn.interpret(index_power, np.ones(4, np.float32))
+    points_at(err, "pow-index")
 
 
 @tn.kernel

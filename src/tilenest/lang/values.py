@@ -254,8 +254,13 @@ class Tile:
     def __rdivmod__(self, o): return binary("floordiv", o, self), binary("mod", o, self)
 
     def __rpow__(self, base: Any) -> Tile:
-        raise CaptureError(f"{_describe(base)} ** Tile: a Tile exponent is not supported; "
-                           f"write tn.exp(t * math.log(base)) for a positive base")
+        """`base ** t` for a Python scalar base: elementwise `tn.pow` (C99 semantics)."""
+        if not is_scalar(base):
+            raise CaptureError(f"{_describe(base)} ** Tile: the base must be a Tile or a "
+                               f"Python number")
+        from tilenest.lang.mathfns import pow as tile_pow
+
+        return tile_pow(base, self)
 
     def __matmul__(self, other: Any) -> Tile:
         raise CaptureError("`@` is not defined on Tiles: use tn.mma(a, b, acc), which "
@@ -297,9 +302,12 @@ def _repeated(mul: Any, x: Any, n: int, one: Any) -> Any:
 def power(x: Tile, n: Any) -> Tile:
     """`t ** n` for a Python int or float n (DESIGN §3a): integral n by exact products (a
     negative n on floats is 1 / t**-n), n = ±0.5 by sqrt, any other n (inf and NaN included)
-    by `tn.pow` (C99 pow: a negative base gives NaN)."""
-    if isinstance(n, Index) or isinstance(n, Tile) or isinstance(n, bool) \
-            or not isinstance(n, (int, float)):
+    and a Tile n by `tn.pow` (C99 pow: a negative base gives NaN)."""
+    if isinstance(n, Tile):  # an elementwise exponent: C99 pow
+        from tilenest.lang.mathfns import pow as tile_pow
+
+        return tile_pow(x, n)
+    if isinstance(n, Index) or isinstance(n, bool) or not isinstance(n, (int, float)):
         raise CaptureError(f"t ** n needs a Python int or float exponent, got {_describe(n)}; "
                            f"for an elementwise exponent write tn.pow(t, n)")
     if isinstance(n, float) and math.isfinite(n) and n == int(n) and abs(n) < 2 ** 63:
