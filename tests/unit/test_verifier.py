@@ -66,12 +66,29 @@ def shift_ops() -> Function:
     return f.build()
 
 
+def math_ops() -> Function:
+    f, m, n, x, t = base()
+    for name in ("sin", "cos", "erf", "exp2", "log2"):
+        x = f.val(name, (x,), t)
+    f.val("pow", (x, x), t)
+    return f.build()
+
+
+def scan_ops() -> Function:
+    """scan (fold_left and unordered), argmax, argmin and topk, as the capture emits them."""
+    from test_scan_ir import _captured
+
+    return _captured()
+
+
 VALID: dict[str, Callable[[], Function]] = {
     **{name: SAMPLES[name] for name in VALID_SAMPLES},
     "nested_regions": nested_regions,
     "map_without_results": map_without_results,
     "shape_ops": shape_ops,
     "shift_ops": shift_ops,
+    "math_ops": math_ops,
+    "scan_ops": scan_ops,
 }
 
 
