@@ -51,6 +51,9 @@ CASES: dict[str, tuple[str, Case, str]] = {
     "splitk_gemm": ("splitk_gemm", Case({"M": 13, "N": 37, "K": 100}), "f32"),
     "cumsum": ("cumsum", Case({"N": 1000, "SEG": 256}, {"SEG": 256}), "f32"),
     "topk": ("topk", Case({"M": 37, "N": 45}), "f32"),
+    "int8_gemm": ("int8_gemm", Case({"M": 37, "N": 45, "K": 70}), "f32"),
+    "fp8_gemm": ("fp8_gemm", Case({"M": 37, "N": 45, "K": 70}), "f32"),
+    "int4_gemm": ("int4_gemm", Case({"M": 19, "N": 70, "K": 45}), "f16"),
 }
 
 # x86-64-v3 (LLVM's feature names): every feature of the host's map outside this set is

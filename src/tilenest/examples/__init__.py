@@ -21,10 +21,13 @@ from tilenest.examples import (
     dropout,
     embedding,
     flash_attention,
+    fp8_gemm,
     gelu_residual,
     gemm,
     gemm_transposed,
     gqa_decode,
+    int4_gemm,
+    int8_gemm,
     jagged,
     layernorm,
     masked_softmax,
@@ -40,6 +43,7 @@ from tilenest.examples import (
 )
 from tilenest.examples.common import Case as Case
 from tilenest.examples.common import Example as Example
+from tilenest.examples.common import empty_tensor
 
 EXAMPLES: dict[str, Example] = {
     ex.name: ex
@@ -56,7 +60,9 @@ EXAMPLES: dict[str, Example] = {
                # Issue 14: scans and selections (two phases through a workspace; top-k).
                cumsum.EXAMPLE, topk.EXAMPLE,
                # Issue 14: a counter-based generator (tn.rand) recomputing a mask.
-               dropout.EXAMPLE)
+               dropout.EXAMPLE,
+               # Issue 14: narrow-type GEMMs (i8 -> i32, scaled fp8, int4 weights unpacked).
+               int8_gemm.EXAMPLE, fp8_gemm.EXAMPLE, int4_gemm.EXAMPLE)
 }
 
 
@@ -72,6 +78,9 @@ OUTPUT_SHAPES: dict[str, Callable[[dict[str, int]], OutputShapes]] = {
     "gemm": lambda s: (s["M"], s["N"]),
     "gemm_transposed": lambda s: (s["M"], s["N"]),
     "splitk_gemm": lambda s: (s["M"], s["N"]),
+    "int8_gemm": lambda s: (s["M"], s["N"]),
+    "fp8_gemm": lambda s: (s["M"], s["N"]),
+    "int4_gemm": lambda s: (s["M"], s["N"]),
     "cross_entropy": lambda s: (s["M"],),
     "embedding": lambda s: (s["T"], s["D"]),
     "jagged_mean": lambda s: (s["B"], s["D"]),
@@ -148,6 +157,9 @@ def empty_args(example: Example, shape: dict[str, int], dtype: str = "f32",
     args = []
     for p in example.kernel.tensor_params:
         dims, kind = specs[p]
+        if p in example.fixed_dtypes:  # i8 / fp8 operands, an i32 output
+            args.append(empty_tensor(dims, example.fixed_dtypes[p], lib))
+            continue
         integer = np.issubdtype(kind, np.integer)
         if lib == "torch":
             import torch

@@ -70,6 +70,10 @@ class Example:
     consts: dict[str, Any] = field(default_factory=dict)
     dtypes: tuple[str, ...] = ("f32",)
     tolerance: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCE))
+    # Tensors whose dtype does not follow the run's `dtype` (i8 operands and an i32 output,
+    # fp8 operands, packed u8 weights): parameter name -> dtype name. Integer outputs are
+    # poisoned with their type's minimum; fp8 tensors are torch tensors whatever `lib`.
+    fixed_dtypes: dict[str, str] = field(default_factory=dict)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -131,7 +135,10 @@ class Example:
         seen: dict[str, np.ndarray] = {}
         for name in self.inputs:
             value = values[name]
-            if np.issubdtype(np.asarray(value).dtype, np.integer):  # class indices and such
+            if name in self.fixed_dtypes:
+                fixed = self.fixed_dtypes[name]
+                tensors[name] = place(value, fixed, lib, layout, fill=poison_of(fixed)).view
+            elif np.issubdtype(np.asarray(value).dtype, np.integer):  # class indices and such
                 tensors[name] = place_integers(value, lib, layout)
             else:
                 tensors[name] = place(value, dtype, lib, layout, fill=np.nan).view
@@ -140,8 +147,9 @@ class Example:
         expected = self.run_reference(seen, consts)
         guards: dict[str, Placed] = {}
         for name in self.outputs:
-            poison = np.full(expected[name].shape, np.nan)
-            placed = place(poison, dtype, lib, layout, fill=np.nan)
+            out_dtype = self.fixed_dtypes.get(name, dtype)
+            poison = np.full(expected[name].shape, poison_of(out_dtype))
+            placed = place(poison, out_dtype, lib, layout, fill=poison_of(out_dtype))
             tensors[name] = placed.view
             guards[name] = placed
         args = [tensors[p] for p in self.kernel.tensor_params]
@@ -207,6 +215,7 @@ class Placed:
     view: Any
     buffer: Any = None
     window: tuple[slice, ...] = ()
+    fill: float = np.nan
 
     def guard_is_poisoned(self) -> bool:
         if self.buffer is None:
@@ -214,10 +223,24 @@ class Placed:
         full = to_float64(self.buffer)
         mask = np.ones(full.shape, bool)
         mask[self.window] = False
-        return bool(np.isnan(full[mask]).all())
+        if np.isnan(self.fill):
+            return bool(np.isnan(full[mask]).all())
+        return bool((full[mask] == self.fill).all())
 
 
-_TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+_TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "i8": "int8",
+                 "u8": "uint8", "i16": "int16", "u16": "uint16", "i32": "int32",
+                 "i64": "int64", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+_NUMPY_DTYPES = {"f32": np.float32, "f16": np.float16, "i8": np.int8, "u8": np.uint8,
+                 "i16": np.int16, "u16": np.uint16, "i32": np.int32, "i64": np.int64}
+
+
+def poison_of(dtype: str) -> float:
+    """The value outputs of `dtype` are poisoned with: NaN, or an integer type's minimum."""
+    holder = _NUMPY_DTYPES.get(dtype)
+    if holder is not None and np.issubdtype(holder, np.integer):
+        return float(np.iinfo(holder).min)
+    return np.nan
 
 
 def place_integers(values: np.ndarray, lib: str, layout: str) -> Any:
@@ -252,20 +275,29 @@ def place(values: np.ndarray, dtype: str, lib: str, layout: str, fill: float) ->
         padded = np.full(tuple(n + 2 + i for i, n in enumerate(values.shape)), fill)
         padded[window] = values
         buffer = _convert(padded, dtype, lib)
-        return Placed(buffer[window], buffer, window)
+        return Placed(buffer[window], buffer, window, fill)
     tensor = _convert(values, dtype, lib)
     if layout == "transposed" and values.ndim > 1:
         rev = tuple(reversed(range(values.ndim)))
-        if lib == "torch":
+        if not isinstance(tensor, np.ndarray):  # torch (fp8 tensors whatever `lib`)
             tensor = tensor.permute(rev).contiguous().permute(rev)
         else:
             tensor = np.ascontiguousarray(tensor.transpose(rev)).transpose(rev)
     return Placed(tensor)
 
 
+def empty_tensor(shape: tuple[int, ...], dtype: str, lib: str) -> Any:
+    """An uninitialized contiguous tensor of `dtype` (fp8: a torch tensor whatever `lib`)."""
+    if lib == "numpy" and not dtype.startswith("f8"):
+        return np.empty(shape, _NUMPY_DTYPES[dtype])
+    import torch
+
+    return torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPES[dtype]))
+
+
 def _convert(values: np.ndarray, dtype: str, lib: str) -> Any:
-    if lib == "numpy":
-        return np.ascontiguousarray(values.astype({"f32": np.float32, "f16": np.float16}[dtype]))
+    if lib == "numpy" and not dtype.startswith("f8"):  # numpy has no fp8: torch tensors
+        return np.ascontiguousarray(values.astype(_NUMPY_DTYPES[dtype]))
     import torch
 
     return torch.from_numpy(np.ascontiguousarray(values)).to(getattr(torch, _TORCH_DTYPES[dtype]))

@@ -15,7 +15,9 @@ static shape: there are no scalar edge loops.
 
 Every output element adds its products in k order, each product rounded before its add
 (`fmul` then `fadd`) unless the numerical policy allows FMA: the results are bitwise those
-of the ordered loop nest and of the reference's native-precision fold.
+of the ordered loop nest and of the reference's native-precision fold. Narrow operands
+(i8/u8/i16/u16, fp8, f16, bf16) are widened to the work type (i32 or f32) while packing;
+integer work multiplies and adds modulo 2**32, as the reference does.
 """
 
 from __future__ import annotations
@@ -230,7 +232,7 @@ class Microkernel:
             ptr = out_ptr(r, v)
             if v < vectors - 1 or lanes == w:
                 return self._vload(ptr)
-            acc = ir.Constant(self.vec_t, [0.0] * w)
+            acc = ir.Constant(self.vec_t, [0.0 if self.work.is_float else 0] * w)
             for j in range(lanes):
                 acc = b.insert_element(acc, b.load(self._gep(ptr, j)), c64(j))
             return acc

@@ -1,6 +1,7 @@
 """`mma`: acc + a·b with the contraction ordered (k ascending) for every output element.
 
-The result accumulates in the accumulation type (f32, or f64 / i64) and rounds to the
+The result accumulates in the accumulation type (f32, or f64; i32 for i8/i16 operands
+into an accumulator of at most 32 bits, else i64: `accumulation_type`) and rounds to the
 accumulator's dtype once at the end of the call. Two atoms realize it:
 - "ordered": loops (batch, m) · k · n with n innermost — LLVM vectorizes over n;
 - "microkernel" (microkernel.py): packed operands and an MR × (V·W) register block of the
@@ -131,12 +132,14 @@ def _ordered(em: Emitter, a: Tile, bm: Tile, out: Arr, types: tuple, roles: tupl
 def _microkernel(em: Emitter, op: ops.Mma, a: Tile, bm: Tile, out: Arr, roles: tuple,
                  work: DType) -> bool:
     """The register-blocked atom (microkernel.py) where it applies: one m and one n dim,
-    every operand uniform (one program per packet), float work, the accumulator's n axis
-    contiguous and at least one vector wide. Otherwise the ordered loop nest."""
+    every operand uniform (one program per packet), float or i32 work (i8 GEMMs), the
+    accumulator's n axis contiguous and at least one vector wide. Otherwise the ordered
+    loop nest."""
     batch, ms, ns, ks = roles
     if em.plan.matrix_atom != "microkernel" or batch or len(ms) != 1 or len(ns) != 1:
         return False
-    if not (out.uniform and a.uniform and bm.uniform) or not work.is_float:
+    if not (out.uniform and a.uniform and bm.uniform) or not (work.is_float
+                                                               or work.name == "i32"):
         return False
     if not isinstance(a, Arr) or not isinstance(bm, Arr):
         return False

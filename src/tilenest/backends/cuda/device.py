@@ -30,7 +30,9 @@ H200 = GpuInfo(
     max_blocks_per_sm=32, compute_capability=(9, 0),
     # Measured on the lent H200 (KINDS.md): device copy ~4.3 TB/s, bf16 GEMM ~790 TFLOP/s.
     bandwidth=4.3e12,
-    dot_rates={"f16": 790e12, "bf16": 790e12, "tf32": 400e12, "f32": 51e12, "f64": 60e12},
+    dot_rates={"f16": 790e12, "bf16": 790e12, "tf32": 400e12, "f32": 51e12, "f64": 60e12,
+               # i8 / fp8 wgmma: twice the f16 rate (datasheet ratio; not yet measured)
+               "i8": 1580e12, "f8e4m3": 1580e12, "f8e5m2": 1580e12},
 )
 
 

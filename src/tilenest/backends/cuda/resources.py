@@ -271,7 +271,7 @@ def _shared_load_bytes(par: ops.Parallel, counts: TripMap) -> float:
 
 MAX_REGS = 255     # registers one thread can address (more spills to local memory)
 BASE_REGS = 32     # addresses, indices, loop counters, predicates
-TENSOR_CORE_KINDS = ("f16", "bf16", "tf32")
+TENSOR_CORE_KINDS = ("f16", "bf16", "tf32", "i8", "f8e4m3", "f8e5m2")
 
 
 def _tile_regs(t: TileType, layout: BlockLayout) -> float:
