@@ -144,6 +144,21 @@ class Buffers:
     def numpy_args(self, bases: list[np.ndarray]) -> list[np.ndarray]:
         return [_numpy_view(bases[v.buffer], v) for v in self.views]
 
+    def after(self, outputs: dict[int, np.ndarray],
+              written: dict[int, np.ndarray] | None = None) -> list[np.ndarray]:
+        """The buffers a correct run leaves: each output argument (by position) holds its
+        values, converted to its dtype (only where its `written` mask is true, if given);
+        every other element keeps what was placed (or the poison)."""
+        want = self.copies()
+        views = self.numpy_args(want)
+        for position, values in outputs.items():
+            view, mask = views[position], (written or {}).get(position)
+            if mask is None:
+                view[...] = values.astype(view.dtype)
+            else:
+                view[mask] = values[mask].astype(view.dtype)
+        return want
+
 
 def _numpy_view(base: np.ndarray, v: ViewSpec) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(
@@ -151,6 +166,24 @@ def _numpy_view(base: np.ndarray, v: ViewSpec) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- runners
+
+
+@pytest.fixture(params=BACKENDS)
+def target(request: pytest.FixtureRequest) -> str:
+    """Each backend in turn (BACKENDS: reference, cpu, cuda)."""
+    return request.param
+
+
+def fresh_rng() -> tuple[np.random.Generator, int]:
+    """A generator on a fresh seed, and the seed (for the failure message)."""
+    seed = int(np.random.SeedSequence().entropy % (2 ** 32))
+    return np.random.default_rng(seed), seed
+
+
+def expected_after(bufs: Buffers, out: int, values: np.ndarray,
+                   written: np.ndarray | None = None) -> list[np.ndarray]:
+    """`bufs.after` for one output argument `out` (where `written`, if given)."""
+    return bufs.after({out: values}, None if written is None else {out: written})
 
 
 def gpu_available() -> bool:

@@ -24,8 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.e2e.backends import BACKENDS
-from tests.e2e.conftest import Buffers, assert_same, run_on
+from tests.e2e.conftest import Buffers, assert_same, fresh_rng, run_on
 
 import tilenest as tn
 from tilenest.ir import dtypes as dt
@@ -33,16 +32,6 @@ from tilenest.lang.random import rand_numpy, randn_numpy
 
 THIS_FILE = Path(__file__).name
 INT_DTYPES = [d for d in dt.ALL_DTYPES if d.is_int]
-
-
-@pytest.fixture(params=BACKENDS)
-def target(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-def _rng() -> tuple[np.random.Generator, int]:
-    seed = int(np.random.SeedSequence().entropy % (2 ** 32))
-    return np.random.default_rng(seed), seed
 
 
 def _ints(rng: np.random.Generator, dtype: np.dtype, n: int) -> np.ndarray:
@@ -116,7 +105,7 @@ def integer_ops(X, S, Y, SHL, SHR, SHLK, SHRK, BIG, RSHL, NOT, AND, OR, XOR, *, 
 
 @pytest.mark.parametrize("dtype", INT_DTYPES, ids=str)
 def test_shifts_and_bit_ops_of_every_integer_dtype(target: str, dtype: dt.DType) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     npd = dtype.numpy
     N = 37
     x, s, y = _ints(rng, npd, N), _amounts(rng, npd, N), _ints(rng, npd, N)
@@ -169,7 +158,7 @@ def bool_ops(A, B, Y, *, BLOCK=8):
 
 
 def test_bit_ops_on_bool(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     N = 13
     a = rng.integers(-2, 3, N).astype(np.int32)
     b = rng.integers(-2, 3, N).astype(np.int32)
@@ -232,7 +221,7 @@ def test_rand_is_bitwise_the_philox_oracle(target: str, case: tuple) -> None:
     if target == "cuda" and case not in RAND_CASES[:3]:
         pytest.skip("the interpreter is slow: three cuda cases cover every seed form")
     odtype, how, seed, sdtype = case
-    rng, rseed = _rng()
+    rng, rseed = fresh_rng()
     M, N = 5, 7
     offsets = _offsets(rng, odtype, (M, N))
     bufs = Buffers()
@@ -275,7 +264,7 @@ def dropout_in_a_map(O, X, Y, *, SEED=77, BLOCK=8):
 
 
 def test_rand_inside_a_map_body(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     N = 21
     offsets = _offsets(rng, np.int64, (N,))
     x = rng.integers(-64, 64, N).astype(np.float32) / 8

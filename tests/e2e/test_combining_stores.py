@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.e2e.backends import BACKENDS
 from tests.e2e.conftest import Buffers, _triton_interpreter, assert_same, run_on
 
 import tilenest as tn
@@ -26,11 +25,6 @@ from tilenest.errors import RaceError, TileError
 
 S, R, C = 5, 7, 11        # contributions per element, ragged rows and columns
 BR, BC = 4, 8
-
-
-@pytest.fixture(params=BACKENDS)
-def target(request: pytest.FixtureRequest) -> str:
-    return request.param
 
 
 @tn.kernel

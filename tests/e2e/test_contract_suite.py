@@ -40,11 +40,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:Runtim
 OPS = ("sum", "prod", "max", "min")
 
 
-@pytest.fixture(params=BACKENDS)
-def target(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
 # Open bugs this suite found, each marking its cases xfail(strict=True): a fix turns them
 # into XPASS failures, and then the entry goes. (test name, parameters) -> applies?
 ROOT_TILES = ("new (not an issue-8 item): tile code at the kernel root, outside any parallel, "

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.e2e.backends import BACKENDS
 from tests.e2e.conftest import Buffers, assert_same, run_on
 
 import tilenest as tn
@@ -27,11 +26,6 @@ from tilenest.examples import EXAMPLES, jagged, moe
 from tilenest.ir import ops
 
 RTOL = 1e-5
-
-
-@pytest.fixture(params=BACKENDS)
-def target(request: pytest.FixtureRequest) -> str:
-    return request.param
 
 
 @pytest.fixture

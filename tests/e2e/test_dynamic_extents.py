@@ -20,20 +20,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.e2e.backends import BACKENDS
-from tests.e2e.conftest import Buffers, assert_same, run_on
+from tests.e2e.conftest import Buffers, assert_same, expected_after, fresh_rng, run_on
 
 import tilenest as tn
-
-
-@pytest.fixture(params=BACKENDS)
-def target(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-def _rng() -> tuple[np.random.Generator, int]:
-    seed = int(np.random.SeedSequence().entropy % (2 ** 32))
-    return np.random.default_rng(seed), seed
 
 
 def _values(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -53,18 +42,6 @@ def _offsets(rng: np.random.Generator, segments: int, lengths: tuple[int, int],
 
 def _segments(off: np.ndarray) -> list[tuple[int, int]]:
     return [(int(lo), int(hi)) for lo, hi in zip(off[:-1], off[1:], strict=True)]
-
-
-def _expected(bufs: Buffers, out: int, values: np.ndarray,
-              written: np.ndarray | None = None) -> list[np.ndarray]:
-    """The buffers after the kernel: argument `out` holds `values` (where `written`)."""
-    want = bufs.copies()
-    view = bufs.numpy_args(want)[out]
-    if written is None:
-        view[...] = values.astype(view.dtype)
-    else:
-        view[written] = values[written].astype(view.dtype)
-    return want
 
 
 def _reference_native(kernel: tn.Kernel, bufs: Buffers, **consts: Any) -> list[np.ndarray]:
@@ -118,7 +95,7 @@ def _jagged_oracle(x: np.ndarray, off: np.ndarray, mean: bool) -> np.ndarray:
 def test_jagged_sum_and_mean(target: str, loop: str, mean: bool) -> None:
     """Ragged segments (lengths not multiples of ROWS), an empty and a decreasing one; a
     pipeline over the dynamic trip count too."""
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     B, D = 7, 13
     off = _offsets(rng, B, (0, 11))
     x = _values(rng, (int(off.max()) + 2, D))
@@ -127,7 +104,7 @@ def test_jagged_sum_and_mean(target: str, loop: str, mean: bool) -> None:
     bufs.place(off)
     bufs.output((B, D))
     got = run_on(target, jagged_rows, bufs, MEAN=mean, LOOP=loop)
-    want = _expected(bufs, 2, _jagged_oracle(x, off, mean))
+    want = expected_after(bufs, 2, _jagged_oracle(x, off, mean))
     # a mean divides: f32 division of the exact sum, correctly rounded (so is the oracle's)
     assert_same(got, want, bufs, f"{target} jagged {loop} mean={mean} (seed {seed}, "
                 f"offsets {off.tolist()})", rtol=1e-6 if mean else 0.0)
@@ -136,7 +113,7 @@ def test_jagged_sum_and_mean(target: str, loop: str, mean: bool) -> None:
 @pytest.mark.parametrize("layout", ["strided", "transposed"])
 def test_jagged_sum_over_offset_views(target: str, layout: str) -> None:
     """The values, offsets and output are strided views at offsets into larger buffers."""
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     B, D = 6, 10
     off = _offsets(rng, B, (-1, 9))
     x = _values(rng, (int(off.max()) + 1, D))
@@ -145,7 +122,7 @@ def test_jagged_sum_over_offset_views(target: str, layout: str) -> None:
     bufs.place(off, "strided")
     bufs.output((B, D), layout="offset")
     got = run_on(target, jagged_rows, bufs, ROWS=2, BLOCK=4)
-    want = _expected(bufs, 2, _jagged_oracle(x, off, False))
+    want = expected_after(bufs, 2, _jagged_oracle(x, off, False))
     assert_same(got, want, bufs, f"{target} jagged over {layout} views (seed {seed}, "
                 f"offsets {off.tolist()})")
 
@@ -173,7 +150,7 @@ def causal_matvec(A, V, Y, *, BM=8, BN=4, PIPELINE=False):
 
 @pytest.mark.parametrize("pipeline", [False, True], ids=["serial", "pipeline"])
 def test_causal_loop_bounded_by_the_query_block(target: str, pipeline: bool) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     S = 37  # ragged: the last query block is partial, its key loop runs past S
     a, v = _values(rng, (S, S)), _values(rng, (S,))
     bufs = Buffers()
@@ -182,7 +159,7 @@ def test_causal_loop_bounded_by_the_query_block(target: str, pipeline: bool) -> 
     bufs.output((S,), layout="strided")
     got = run_on(target, causal_matvec, bufs, PIPELINE=pipeline)
     oracle = (np.tril(a.astype(np.float64)) * v.astype(np.float64)).sum(axis=1)
-    assert_same(got, _expected(bufs, 2, oracle), bufs, f"{target} causal (seed {seed})")
+    assert_same(got, expected_after(bufs, 2, oracle), bufs, f"{target} causal (seed {seed})")
 
 
 # ---------------------------------------------------------------------------- strict folds
@@ -212,7 +189,7 @@ def _fold(values: np.ndarray) -> float:
 @pytest.mark.parametrize("order", ["fold_left", "fold_right"])
 def test_dynamic_reduce_strict_folds_equal_the_reference_bitwise(target: str,
                                                                   order: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     B = 9
     off = _offsets(rng, B, (-3, 12))
     x = rng.standard_normal(int(off.max()) + 1).astype(np.float32)
@@ -225,7 +202,7 @@ def test_dynamic_reduce_strict_folds_equal_the_reference_bitwise(target: str,
     assert_same(got, _reference_native(jagged_fold, bufs, ORDER=order), bufs, what)
     oracle = np.array([_fold(x[lo:hi] if order == "fold_left" else x[lo:hi][::-1])
                        if hi > lo else 0.0 for lo, hi in _segments(off)])
-    assert_same(got, _expected(bufs, 2, oracle), bufs, what, rtol=1e-5)
+    assert_same(got, expected_after(bufs, 2, oracle), bufs, what, rtol=1e-5)
 
 
 # ---------------------------------------------------------------------------- inner parallel
@@ -249,7 +226,7 @@ def segment_blocks(X, Off, Y, *, BLOCK=4):
 
 
 def test_inner_dynamic_parallel_covers_each_segment_once(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     B, BLOCK = 6, 4
     off = _offsets(rng, B, (-2, 10))
     width = 12  # a segment longer than a row of Y is cut at the row's end
@@ -266,7 +243,7 @@ def test_inner_dynamic_parallel_covers_each_segment_once(target: str) -> None:
         cols = np.arange(width)
         written[b] = cols < -(-n // BLOCK) * BLOCK
         oracle[b] = np.where(cols < n, 2.0 * x[np.clip(lo + cols, 0, x.size - 1)] + 1.0, -1.0)
-    assert_same(got, _expected(bufs, 2, oracle, written), bufs,
+    assert_same(got, expected_after(bufs, 2, oracle, written), bufs,
                 f"{target} inner parallel (seed {seed}, offsets {off.tolist()})")
 
 
@@ -289,7 +266,7 @@ def block_fold(X, Rows, Cols, Y):
 
 
 def test_two_axis_dynamic_domain_in_lexicographic_order(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     B, R, C = 7, 5, 6
     rows = rng.integers(-1, R + 1, B).astype(np.int32)
     cols = rng.integers(-1, C + 1, B).astype(np.int32)
@@ -305,4 +282,4 @@ def test_two_axis_dynamic_domain_in_lexicographic_order(target: str) -> None:
     assert_same(got, _reference_native(block_fold, bufs), bufs, what)
     oracle = np.array([_fold(x[b, :max(r, 0), :max(c, 0)].reshape(-1))
                        for b, (r, c) in enumerate(zip(rows, cols, strict=True))])
-    assert_same(got, _expected(bufs, 3, oracle), bufs, what, rtol=1e-5)
+    assert_same(got, expected_after(bufs, 3, oracle), bufs, what, rtol=1e-5)

@@ -21,23 +21,19 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.e2e.backends import BACKENDS
-from tests.e2e.conftest import Buffers, _triton_interpreter, assert_same, run_on
+from tests.e2e.conftest import (
+    Buffers,
+    _triton_interpreter,
+    assert_same,
+    expected_after,
+    fresh_rng,
+    run_on,
+)
 
 import tilenest as tn
 from tilenest.errors import TileError
 
 INDEX_DTYPES = (np.int32, np.uint32, np.int64)
-
-
-@pytest.fixture(params=BACKENDS)
-def target(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-def _rng() -> tuple[np.random.Generator, int]:
-    seed = int(np.random.SeedSequence().entropy % (2 ** 32))
-    return np.random.default_rng(seed), seed
 
 
 def _values(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any = np.float32
@@ -63,18 +59,6 @@ def _positions(dtype: Any, extent: int, rng: np.random.Generator, shape: tuple[i
     return ids.astype(dtype)
 
 
-def _expected(bufs: Buffers, out: int, values: np.ndarray,
-              written: np.ndarray | None = None) -> list[np.ndarray]:
-    """The buffers after the kernel: argument `out` holds `values` (where `written`)."""
-    want = bufs.copies()
-    view = bufs.numpy_args(want)[out]
-    if written is None:
-        view[...] = values.astype(view.dtype)
-    else:
-        view[written] = values[written].astype(view.dtype)
-    return want
-
-
 # ---------------------------------------------------------------------------- gathers
 
 
@@ -93,7 +77,7 @@ def take_along_rows(X, I, Out, *, BM=4, FILL=-1.5):
 
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
 def test_gather_along_rows_out_of_range_reads_fill(target: str, index_dtype: Any) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     M, V, K = 7, 11, 5
     x = _values(rng, (M, V))
     idx = _positions(index_dtype, V, rng, (M, K))
@@ -106,7 +90,7 @@ def test_gather_along_rows_out_of_range_reads_fill(target: str, index_dtype: Any
     inside = (wide >= 0) & (wide < V)
     oracle = np.where(inside, np.take_along_axis(x.astype(np.float64), np.clip(wide, 0, V - 1),
                                                  axis=1), -1.5)
-    assert_same(got, _expected(bufs, 2, 2.0 * oracle), bufs,
+    assert_same(got, expected_after(bufs, 2, 2.0 * oracle), bufs,
                 f"{target} take_along_rows {np.dtype(index_dtype).name} (seed {seed})")
 
 
@@ -126,7 +110,7 @@ def take_along_columns(X, I, Out, *, ROW0=2, H=6, BN=4):
 def test_gather_along_columns_of_an_offset_view(target: str) -> None:
     """Positions are relative to the view's origin and bounded by its extent: a position
     in [H, rows - ROW0) is inside the tensor but outside the view, and reads the fill."""
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     R, N, T, ROW0, H = 9, 10, 3, 2, 6
     x = _values(rng, (R, N))
     idx = rng.integers(-2, R - ROW0 + 2, (T, N)).astype(np.int64)
@@ -140,7 +124,7 @@ def test_gather_along_columns_of_an_offset_view(target: str) -> None:
     inside = (idx >= 0) & (idx < H)
     rows = ROW0 + np.clip(idx, 0, H - 1)
     oracle = np.where(inside, x.astype(np.float64)[rows, np.arange(N)], 0.25)
-    assert_same(got, _expected(bufs, 2, oracle), bufs,
+    assert_same(got, expected_after(bufs, 2, oracle), bufs,
                 f"{target} take_along_columns (seed {seed})")
 
 
@@ -160,7 +144,7 @@ def target_logits(X, T, Out):
 @pytest.mark.parametrize("dtype", (np.float32, np.float16, np.int64),
                          ids=lambda d: np.dtype(d).name)
 def test_gather_from_a_rank1_view_with_repeats(target: str, dtype: Any) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     B, V, K = 5, 37, 3
     x = _values(rng, (B, V), dtype)
     ids = _positions(np.int32, V, rng, (B, K))
@@ -174,7 +158,7 @@ def test_gather_from_a_rank1_view_with_repeats(target: str, dtype: Any) -> None:
     inside = (wide >= 0) & (wide < V)
     oracle = np.where(inside, np.take_along_axis(x.astype(np.float64),
                                                  np.clip(wide, 0, V - 1), axis=1), 0.0)
-    assert_same(got, _expected(bufs, 2, oracle), bufs,
+    assert_same(got, expected_after(bufs, 2, oracle), bufs,
                 f"{target} target_logits {np.dtype(dtype).name} (seed {seed})")
 
 
@@ -192,7 +176,7 @@ def gather_broadcast_positions(X, I, Out, *, BM=4):
 
 
 def test_gather_positions_broadcast_along_other_axes(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     M, V, K = 6, 9, 4
     x = _values(rng, (M, V))
     ids = np.array([[3, V, 0, 3]], np.int32)
@@ -204,7 +188,7 @@ def test_gather_positions_broadcast_along_other_axes(target: str) -> None:
     wide = np.broadcast_to(ids.astype(np.int64), (M, K))
     oracle = np.where(wide < V, np.take_along_axis(x.astype(np.float64),
                                                    np.clip(wide, 0, V - 1), axis=1), 0.0)
-    assert_same(got, _expected(bufs, 2, oracle), bufs,
+    assert_same(got, expected_after(bufs, 2, oracle), bufs,
                 f"{target} broadcast positions (seed {seed})")
 
 
@@ -244,7 +228,7 @@ def put_along_rows(X, I, Y, *, BM=4):
 @pytest.mark.parametrize("dtype", (np.float32, np.int32), ids=lambda d: np.dtype(d).name)
 def test_scatter_along_rows_last_duplicate_wins(target: str, index_dtype: Any,
                                                 dtype: Any) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     M, K, W = 6, 9, 7  # more positions than columns: many collisions per row
     x = _values(rng, (M, K), dtype)
     idx = _positions(index_dtype, W, rng, (M, K))
@@ -276,7 +260,7 @@ def put_along_columns(X, I, Y, *, ROW0=1, H=5, BN=4):
 
 
 def test_scatter_along_columns_row_major_order_and_view_bounds(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     R, N, T, ROW0, H = 7, 10, 5, 1, 5
     x = _values(rng, (T, N))
     idx = rng.integers(-1, H + 2, (T, N)).astype(np.int32)
@@ -310,7 +294,7 @@ def mark_rows(I, Y):
 
 
 def test_scatter_of_a_scalar_on_a_rank1_view(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     B, K, W = 4, 6, 13
     idx = _positions(np.int64, W, rng, (B, K))
     bufs = Buffers()
@@ -339,7 +323,7 @@ def permute_in_place(I, Y):
 
 
 def test_gather_is_a_snapshot_before_a_scatter_of_the_same_row(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     B, W = 3, 12
     y = _values(rng, (B, W))
     perm = np.stack([rng.permutation(W) for _ in range(B)]).astype(np.int32)
@@ -350,7 +334,7 @@ def test_gather_is_a_snapshot_before_a_scatter_of_the_same_row(target: str) -> N
     oracle = y.astype(np.float64).copy()
     for b in range(B):
         oracle[b, perm[b]] = y[b] + 1.0
-    assert_same(got, _expected(bufs, 1, oracle), bufs,
+    assert_same(got, expected_after(bufs, 1, oracle), bufs,
                 f"{target} permute_in_place (seed {seed})")
 
 

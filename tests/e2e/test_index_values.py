@@ -20,39 +20,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.e2e.backends import BACKENDS
-from tests.e2e.conftest import Buffers, assert_same, run_on
+from tests.e2e.conftest import Buffers, assert_same, expected_after, fresh_rng, run_on
 
 import tilenest as tn
 
 INDEX_DTYPES = (np.int32, np.uint32, np.int64)
 
 
-@pytest.fixture(params=BACKENDS)
-def target(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-def _rng() -> tuple[np.random.Generator, int]:
-    seed = int(np.random.SeedSequence().entropy % (2 ** 32))
-    return np.random.default_rng(seed), seed
-
-
 def _values(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     """Multiples of 1/8 in [-8, 8): every sum and product here is exact in f32."""
     return (rng.integers(-64, 64, shape) / 8).astype(np.float32)
-
-
-def _expected(bufs: Buffers, out: int, values: np.ndarray,
-              written: np.ndarray | None = None) -> list[np.ndarray]:
-    """The buffers after the kernel: argument `out` holds `values` (where `written`)."""
-    want = bufs.copies()
-    view = bufs.numpy_args(want)[out]
-    if written is None:
-        view[...] = values.astype(view.dtype)
-    else:
-        view[written] = values[written].astype(view.dtype)
-    return want
 
 
 def _far_indices(dtype: Any, rows: int, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -87,7 +64,7 @@ def embedding(Ids, Table, Out, *, BN=16):
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
 def test_embedding_rows_with_repeats_and_out_of_range_reads_fill(
         target: str, index_dtype: Any) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     V, D, T = 11, 37, 13
     table = _values(rng, (V, D))
     ids = _far_indices(index_dtype, V, rng, T)
@@ -99,7 +76,7 @@ def test_embedding_rows_with_repeats_and_out_of_range_reads_fill(
     wide = ids.astype(np.int64)
     inside = (wide >= 0) & (wide < V)
     oracle = np.where(inside[:, None], table.astype(np.float64)[np.clip(wide, 0, V - 1)], 0.0)
-    assert_same(got, _expected(bufs, 2, oracle), bufs, f"{target} embedding (seed {seed})")
+    assert_same(got, expected_after(bufs, 2, oracle), bufs, f"{target} embedding (seed {seed})")
 
 
 @tn.kernel
@@ -116,7 +93,7 @@ def block_gather(Starts, X, Out, *, BM=4, BN=16):
 
 
 def test_block_gather_at_loaded_row_offsets(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     M, N, P, BM = 10, 21, 5, 4
     x = _values(rng, (M, N))
     # blocks inside, overlapping the end, starting before the start, and far outside
@@ -129,7 +106,7 @@ def test_block_gather_at_loaded_row_offsets(target: str) -> None:
     rows = (starts.astype(np.int64)[:, None] + np.arange(BM)).reshape(-1)
     inside = (rows >= 0) & (rows < M)
     oracle = np.where(inside[:, None], x.astype(np.float64)[np.clip(rows, 0, M - 1)], -1.0)
-    assert_same(got, _expected(bufs, 2, 2.0 * oracle), bufs,
+    assert_same(got, expected_after(bufs, 2, 2.0 * oracle), bufs,
                 f"{target} block gather (seed {seed})")
 
 
@@ -150,7 +127,7 @@ def clamped_embedding(Ids, Table, Out, *, BN=16, BUILTIN=True):
 
 @pytest.mark.parametrize("builtin", [True, False], ids=["builtin", "tn"])
 def test_clamped_loaded_index(target: str, builtin: bool) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     V, D, T = 9, 20, 11
     table = _values(rng, (V, D))
     ids = _far_indices(np.int64, V, rng, T)
@@ -160,7 +137,7 @@ def test_clamped_loaded_index(target: str, builtin: bool) -> None:
     bufs.output((T, D))
     got = run_on(target, clamped_embedding, bufs, BUILTIN=builtin)
     oracle = table.astype(np.float64)[np.clip(ids, 0, V - 1)] + 1.0
-    assert_same(got, _expected(bufs, 2, oracle), bufs,
+    assert_same(got, expected_after(bufs, 2, oracle), bufs,
                 f"{target} clamped embedding (seed {seed})")
 
 
@@ -190,7 +167,7 @@ def grouped_scale(X, Y, *, BM=4, BN=8, GROUP=3, BUILTIN=False):
 
 @pytest.mark.parametrize("builtin", [False, True], ids=["tn", "builtin"])
 def test_group_size_m_swizzle_covers_every_block_once(target: str, builtin: bool) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     M, N = 27, 19   # 7 block rows (not a multiple of GROUP = 3), 3 block columns
     x = _values(rng, (M, N))
     bufs = Buffers()
@@ -198,7 +175,7 @@ def test_group_size_m_swizzle_covers_every_block_once(target: str, builtin: bool
     bufs.output((M, N))
     got = run_on(target, grouped_scale, bufs, BUILTIN=builtin)
     oracle = 2.0 * x.astype(np.float64) + 1.0
-    assert_same(got, _expected(bufs, 1, oracle), bufs, f"{target} swizzle (seed {seed})")
+    assert_same(got, expected_after(bufs, 1, oracle), bufs, f"{target} swizzle (seed {seed})")
 
 
 @tn.kernel
@@ -217,7 +194,7 @@ def edge_stencil(X, Y, *, BN=16):
 
 
 def test_builtin_min_max_clamp_rows_and_lift_tiles(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     M, N = 9, 37
     x = _values(rng, (M, N))
     bufs = Buffers()
@@ -227,7 +204,7 @@ def test_builtin_min_max_clamp_rows_and_lift_tiles(target: str) -> None:
     x64 = x.astype(np.float64)
     up, down = np.maximum(np.arange(M) - 1, 0), np.minimum(np.arange(M) + 1, M - 1)
     oracle = np.maximum(x64[up], x64) + np.minimum(x64[down], 0.5) + 2.0
-    assert_same(got, _expected(bufs, 1, oracle), bufs, f"{target} stencil (seed {seed})")
+    assert_same(got, expected_after(bufs, 1, oracle), bufs, f"{target} stencil (seed {seed})")
 
 
 # ---------------------------------------------------------------------------- scatters
@@ -245,7 +222,7 @@ def scatter_rows(Dest, X, Out, *, BN=8):
 
 @pytest.mark.parametrize("index_dtype", (np.int32, np.int64), ids=("int32", "int64"))
 def test_scatter_rows_to_loaded_unique_destinations(target: str, index_dtype: Any) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     V, T, D = 12, 9, 19
     info = np.iinfo(index_dtype)
     inside = rng.permutation(V)[: T - 3]
@@ -264,7 +241,7 @@ def test_scatter_rows_to_loaded_unique_destinations(target: str, index_dtype: An
             oracle[d] = 4.0 * x[i].astype(np.float64)
             written[d] = True
     assert written.sum() == (T - 3) * D
-    assert_same(got, _expected(bufs, 2, oracle, written), bufs,
+    assert_same(got, expected_after(bufs, 2, oracle, written), bufs,
                 f"{target} scatter (seed {seed}; unwritten rows stay poisoned)")
 
 
@@ -277,7 +254,7 @@ def test_cpu_program_per_lane_reads_each_lanes_index(kernel: str) -> None:
     from tilenest.backends.cpu.plan import CpuPlan
     from tilenest.backends.cpu.target import packet_width
 
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     V, D, T = 12, 5, 19
     width = packet_width()
     x = _values(rng, (T if kernel == "scatter" else V, D))

@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.e2e.backends import BACKENDS
-from tests.e2e.conftest import Buffers, assert_same, gpu_available, run_on
+from tests.e2e.conftest import Buffers, assert_same, fresh_rng, gpu_available, run_on
 
 import tilenest as tn
 from tilenest.errors import TileError
@@ -27,16 +26,6 @@ from tilenest.plan.search import PlanningError
 
 N, BLOCK = 37, 16
 MAX_ULP = 2
-
-
-@pytest.fixture(params=BACKENDS)
-def target(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-def _rng() -> tuple[np.random.Generator, int]:
-    seed = int(np.random.SeedSequence().entropy % (2 ** 32))
-    return np.random.default_rng(seed), seed
 
 
 @tn.kernel
@@ -136,7 +125,7 @@ def _expected(bufs: Buffers, want: list[np.ndarray], dtype: Any) -> list[np.ndar
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
 def test_math_functions_match_the_float64_oracle(target: str, dtype: Any) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     bufs, want = _place(dtype, rng)
     got = run_on(target, math_functions, bufs)
     what = f"{target} {np.dtype(dtype).name} (seed {seed})"
@@ -147,7 +136,7 @@ def test_math_functions_match_the_float64_oracle(target: str, dtype: Any) -> Non
 
 @pytest.mark.parametrize("target_f64", ["reference", "cuda"])
 def test_f64_math_functions(target_f64: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     bufs, want = _place(np.float64, rng)
     got = run_on(target_f64, math_functions, bufs)
     # Triton's interpreter has no libdevice: its f64 pow is exp(y * log|x|) in f64, whose
@@ -158,7 +147,7 @@ def test_f64_math_functions(target_f64: str) -> None:
 
 
 def test_cpu_rejects_f64_math_at_planning() -> None:
-    rng, _ = _rng()
+    rng, _ = fresh_rng()
     bufs, _ = _place(np.float64, rng)
     with pytest.raises(PlanningError, match=r"no f64 'sin' within 2 ulp") as info:
         run_on("cpu", math_functions, bufs)
@@ -168,7 +157,7 @@ def test_cpu_rejects_f64_math_at_planning() -> None:
 @pytest.mark.parametrize("target_bf16", ["reference", "cpu"])
 def test_bf16_math_functions(target_bf16: str) -> None:
     torch = pytest.importorskip("torch")
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     ins = [torch.from_numpy(v).to(torch.bfloat16) for v in _inputs(rng, np.float32)]
     outs = [torch.full((N,), float("nan"), dtype=torch.bfloat16) for _ in range(7)]
     if target_bf16 == "reference":
@@ -200,7 +189,7 @@ def clamped(X, L, Y, Z):
 
 
 def test_clamp_keeps_nan_and_defines_lo_above_hi(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     x = rng.uniform(-3.0, 3.0, N).astype(np.float32)
     x[::6] = np.nan
     lo = rng.uniform(-1.0, 0.0, N).astype(np.float32)
@@ -229,7 +218,7 @@ def row_means(X, Y, I, *, ORDER="unordered_tree"):
 
 @pytest.mark.parametrize("order", ["unordered_tree", "fold_left"])
 def test_mean_over_an_axis(target: str, order: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     x = rng.uniform(-4.0, 4.0, (5, 13)).astype(np.float32)
     bufs = Buffers()
     bufs.place(x, "offset")
@@ -302,7 +291,7 @@ def mapped(X, Y):
 
 
 def test_math_in_a_map_body(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     x = rng.uniform(-6.0, 6.0, N).astype(np.float32)
     bufs = Buffers()
     bufs.place(x, "offset")

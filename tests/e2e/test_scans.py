@@ -21,21 +21,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.e2e.backends import BACKENDS
-from tests.e2e.conftest import Buffers, assert_same, run_on
+from tests.e2e.conftest import Buffers, assert_same, fresh_rng, run_on
 
 import tilenest as tn
 from tilenest.errors import CaptureError, ShapeError, TileError
-
-
-@pytest.fixture(params=BACKENDS)
-def target(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-def _rng() -> tuple[np.random.Generator, int]:
-    seed = int(np.random.SeedSequence().entropy % (2 ** 32))
-    return np.random.default_rng(seed), seed
 
 
 def _floats(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -46,14 +35,6 @@ def _floats(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     flat[rng.integers(0, flat.size)] = 0.0
     flat[-2] = np.nan
     return x
-
-
-def _expected(bufs: Buffers, values: dict[int, np.ndarray]) -> list[np.ndarray]:
-    want = bufs.copies()
-    views = bufs.numpy_args(want)
-    for arg, v in values.items():
-        views[arg][...] = v.astype(views[arg].dtype)
-    return want
 
 
 # ---------------------------------------------------------------------------- scans
@@ -79,7 +60,7 @@ def test_fold_left_scans_are_bitwise_the_reference(target: str, dtype: Any) -> N
     """fold_left float scans (add, mul, a user's fn) keep the recurrence's rounding in the
     element type: bitwise the reference, signed zeros and a NaN propagating along its row
     included."""
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     M, N = 7, 13
     bufs = Buffers()
     bufs.place(_floats(rng, (M, N)).astype(dtype), "offset")
@@ -117,7 +98,7 @@ def test_reference_regroups_unordered_scans_when_shuffled() -> None:
 def test_unordered_float_scans_within_tolerance(target: str) -> None:
     """The default contract of tn.cumsum/tn.cumprod (unordered_tree) may regroup: the float64
     oracle within a tolerance."""
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     M, N = 5, 37
     x = rng.standard_normal((M, N)).astype(np.float32)
     bufs = Buffers()
@@ -126,7 +107,7 @@ def test_unordered_float_scans_within_tolerance(target: str) -> None:
         bufs.output((M, N))
     got = run_on(target, row_scans, bufs, ORDER="unordered_tree", USER=False)
     wide = x.astype(np.float64)
-    oracle = _expected(bufs, {1: np.cumsum(wide, axis=1), 2: np.cumprod(wide * 0.25 + 1.0,
+    oracle = bufs.after({1: np.cumsum(wide, axis=1), 2: np.cumprod(wide * 0.25 + 1.0,
                                                                          axis=1)})
     assert_same(got, oracle, bufs, f"{target} unordered row scans (seed {seed})", rtol=1e-5)
 
@@ -147,7 +128,7 @@ def column_scans(X, S, P, Mx, Mn):
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64], ids=["i32", "i64"])
 def test_integer_scans_wrap_and_are_exact(target: str, dtype: Any) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     M, N = 11, 6
     info = np.iinfo(dtype)
     x = rng.integers(info.min // 4, info.max // 4, (M, N), dtype=dtype)
@@ -160,7 +141,7 @@ def test_integer_scans_wrap_and_are_exact(target: str, dtype: Any) -> None:
     with np.errstate(over="ignore"):
         oracle = {1: np.cumsum(x, axis=0, dtype=dtype), 2: np.cumprod(x, axis=0, dtype=dtype),
                   3: np.maximum.accumulate(x, axis=0), 4: np.minimum.accumulate(x, axis=0)}
-    assert_same(got, _expected(bufs, oracle), bufs, f"{target} integer scans (seed {seed})")
+    assert_same(got, bufs.after(oracle), bufs, f"{target} integer scans (seed {seed})")
 
 
 @tn.kernel
@@ -172,13 +153,13 @@ def bool_count(X, Y):
 
 
 def test_cumsum_of_bool_counts_in_i32(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     x = rng.standard_normal(29).astype(np.float32)
     bufs = Buffers()
     bufs.place(x)
     bufs.output((29,), np.int32)
     got = run_on(target, bool_count, bufs)
-    assert_same(got, _expected(bufs, {1: np.cumsum(x > 0)}), bufs, f"{target} (seed {seed})")
+    assert_same(got, bufs.after({1: np.cumsum(x > 0)}), bufs, f"{target} (seed {seed})")
 
 
 @tn.kernel
@@ -197,14 +178,14 @@ def chunked_cumsum(X, Y, *, BLOCK=8, ORDER="fold_left"):
 
 @pytest.mark.parametrize("order", ["fold_left", "unordered_tree"])
 def test_scan_across_a_serial_loop_carries_the_total(target: str, order: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     n = 45  # ragged: the last chunk reads zeros past the end
     x = rng.standard_normal(n).astype(np.float32)
     bufs = Buffers()
     bufs.place(x, "offset")
     bufs.output((n,), layout="offset")
     got = run_on(target, chunked_cumsum, bufs, ORDER=order)
-    oracle = _expected(bufs, {1: np.cumsum(x.astype(np.float64))})
+    oracle = bufs.after({1: np.cumsum(x.astype(np.float64))})
     assert_same(got, oracle, bufs, f"{target} chunked cumsum (seed {seed})", rtol=1e-5)
     if order == "fold_left":
         want = run_on("reference", chunked_cumsum, bufs, ORDER=order)
@@ -240,7 +221,7 @@ def _ties(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np.nd
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int64], ids=["f32", "i64"])
 def test_argmax_argmin_follow_numpy(target: str, dtype: Any) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     M, N = 9, 11
     x = _ties(rng, (M, N), dtype)
     bufs = Buffers()
@@ -249,7 +230,7 @@ def test_argmax_argmin_follow_numpy(target: str, dtype: Any) -> None:
     bufs.output((M,), np.int32, layout="offset")
     bufs.output((N,), np.int32)
     got = run_on(target, arg_extremes, bufs)
-    oracle = _expected(bufs, {1: np.argmax(x, axis=1), 2: np.argmin(x, axis=1),
+    oracle = bufs.after({1: np.argmax(x, axis=1), 2: np.argmin(x, axis=1),
                              3: np.argmax(x, axis=0)})
     assert_same(got, oracle, bufs, f"{target} argmax/argmin {np.dtype(dtype).name} "
                 f"(seed {seed})")
@@ -280,7 +261,7 @@ def _topk_oracle(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32], ids=["f32", "i32"])
 def test_topk_descending_ties_by_position(target: str, dtype: Any) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     M, N, K = 6, 13, 4
     x = _ties(rng, (M, N), dtype)
     bufs = Buffers()
@@ -289,7 +270,7 @@ def test_topk_descending_ties_by_position(target: str, dtype: Any) -> None:
     bufs.output((M, K), np.int32, layout="strided")
     got = run_on(target, row_topk, bufs, K=K)
     values, positions = _topk_oracle(x, K)
-    assert_same(got, _expected(bufs, {1: values, 2: positions}), bufs,
+    assert_same(got, bufs.after({1: values, 2: positions}), bufs,
                 f"{target} topk {np.dtype(dtype).name} (seed {seed})")
     if np.dtype(dtype).kind == "f":  # -0.0 and +0.0 keep their own bits
         want = run_on("reference", row_topk, bufs, K=K)

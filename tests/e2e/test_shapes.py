@@ -19,34 +19,14 @@ along an `mma` dim (padded past 2) selects by lane.
 from __future__ import annotations
 
 import numpy as np
-import pytest
-from tests.e2e.backends import BACKENDS
-from tests.e2e.conftest import Buffers, assert_same, run_on
+from tests.e2e.conftest import Buffers, assert_same, fresh_rng, run_on
 
 import tilenest as tn
-
-
-@pytest.fixture(params=BACKENDS)
-def target(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-def _rng() -> tuple[np.random.Generator, int]:
-    seed = int(np.random.SeedSequence().entropy % (2 ** 32))
-    return np.random.default_rng(seed), seed
 
 
 def _values(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     """Multiples of 1/8 in [-8, 8), never all zero: exact in every sum below."""
     return (rng.integers(-64, 64, shape) / 8).astype(np.float32)
-
-
-def _expected(bufs: Buffers, outputs: dict[int, np.ndarray]) -> list[np.ndarray]:
-    want = bufs.copies()
-    views = bufs.numpy_args(want)
-    for i, values in outputs.items():
-        views[i][...] = values.astype(views[i].dtype)
-    return want
 
 
 # ---------------------------------------------------------------------------- reshape
@@ -70,7 +50,7 @@ def reshape_rows(X, Flat, Cube, Back, *, BM=3):
 
 
 def test_reshape_2d_1d_3d_and_back(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     R, N = 7, 6
     x = _values(rng, (R, N))
     bufs = Buffers()
@@ -80,7 +60,7 @@ def test_reshape_2d_1d_3d_and_back(target: str) -> None:
     bufs.output((R, N), layout="transposed")
     got = run_on(target, reshape_rows, bufs)
     x64 = x.astype(np.float64)
-    want = _expected(bufs, {1: 2.0 * x64.reshape(-1), 2: (x64 + 1.0).reshape(R, 2, N // 2),
+    want = bufs.after({1: 2.0 * x64.reshape(-1), 2: (x64 + 1.0).reshape(R, 2, N // 2),
                             3: (x64 + 1.0) * x64})
     assert_same(got, want, bufs, f"{target} reshape_rows (seed {seed})")
 
@@ -114,7 +94,7 @@ def deinterleave(X, Even, Odd, *, BM=2):
 
 
 def test_join_interleaves_and_split_inverts_it(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     M, N = 5, 37  # a join tile of 2 x 37 x 2 elements: cpu loops over it (not unrolled)
     a, b = _values(rng, (M, N)), _values(rng, (M, N))
     bufs = Buffers()
@@ -123,14 +103,14 @@ def test_join_interleaves_and_split_inverts_it(target: str) -> None:
     bufs.output((M, 2 * N), layout="strided")
     got = run_on(target, interleave, bufs)
     pairs = np.stack([a, b], axis=-1).reshape(M, 2 * N)
-    assert_same(got, _expected(bufs, {2: pairs}), bufs, f"{target} interleave (seed {seed})")
+    assert_same(got, bufs.after({2: pairs}), bufs, f"{target} interleave (seed {seed})")
 
     bufs = Buffers()
     bufs.place(pairs, "offset")
     bufs.output((M, N))
     bufs.output((M, N), layout="transposed")
     got = run_on(target, deinterleave, bufs)
-    want = _expected(bufs, {1: a, 2: b.astype(np.float64) - a})
+    want = bufs.after({1: a, 2: b.astype(np.float64) - a})
     assert_same(got, want, bufs, f"{target} deinterleave (seed {seed})")
 
 
@@ -155,7 +135,7 @@ def int4_gemm(A, P, Out, *, BN=4, SCALE=0.5):
 
 
 def test_int4_unpack_feeds_mma(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     M, K, N = 3, 5, 10  # N / BN ragged: the last block's packed bytes read the fill 0
     a = _values(rng, (M, K))
     packed = rng.integers(0, 256, (K, N // 2)).astype(np.uint8)
@@ -165,7 +145,7 @@ def test_int4_unpack_feeds_mma(target: str) -> None:
     bufs.output((M, N), layout="strided")
     got = run_on(target, int4_gemm, bufs)
     w = (np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(K, N) - 8.0) * 0.5
-    want = _expected(bufs, {2: a.astype(np.float64) @ w})
+    want = bufs.after({2: a.astype(np.float64) @ w})
     assert_same(got, want, bufs, f"{target} int4_gemm (seed {seed})")
 
 
@@ -200,7 +180,7 @@ def scalar_pairs(X, Pairs, Ones):
 
 
 def test_join_split_along_an_mma_dim_and_rank0(target: str) -> None:
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     M, K = 3, 5
     a, w0, w1 = _values(rng, (M, K)), _values(rng, (K,)), _values(rng, (K,))
     bufs = Buffers()
@@ -211,7 +191,7 @@ def test_join_split_along_an_mma_dim_and_rank0(target: str) -> None:
     bufs.output((2, K), layout="offset")
     got = run_on(target, pair_columns, bufs)
     w = np.stack([w0, w1], axis=-1).astype(np.float64)
-    want = _expected(bufs, {3: a.astype(np.float64) @ w,
+    want = bufs.after({3: a.astype(np.float64) @ w,
                             4: np.stack([2.0 * w0, w1.astype(np.float64) - w0])})
     assert_same(got, want, bufs, f"{target} pair_columns (seed {seed})")
 
@@ -223,7 +203,7 @@ def test_join_split_along_an_mma_dim_and_rank0(target: str) -> None:
     bufs.output((R, 1))
     got = run_on(target, scalar_pairs, bufs)
     s = x[:, 0].astype(np.float64)
-    want = _expected(bufs, {1: np.stack([s, 3.0 * s], axis=-1), 2: (s + 1.0)[:, None]})
+    want = bufs.after({1: np.stack([s, 3.0 * s], axis=-1), 2: (s + 1.0)[:, None]})
     assert_same(got, want, bufs, f"{target} scalar_pairs (seed {seed})")
 
 
@@ -237,7 +217,7 @@ def test_cpu_program_per_lane() -> None:
     from tilenest.backends.cpu.plan import CpuPlan
     from tilenest.backends.cpu.target import packet_width
 
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     R, N = 11, 6
     x = _values(rng, (R, N))
     plan = CpuPlan(local_lanes=1, block_size=packet_width())
