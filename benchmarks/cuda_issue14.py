@@ -161,8 +161,6 @@ def int4_case(suite: ModuleType, spec: Any, log: list[str]) -> Any:
 def main(argv: list[str] | None = None) -> int:
     from benchmarks import cuda_suite
 
-    if "int8_gemm" not in cuda_suite.SPECS:
-        register(cuda_suite)
     argv = list(sys.argv[1:] if argv is None else argv)
     if not any(a == "--only" or a.startswith("--only=") for a in argv):
         argv = ["--only", ",".join(FAMILIES), *argv]

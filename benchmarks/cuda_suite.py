@@ -564,6 +564,9 @@ cuda_dynamic.register(sys.modules[__name__])
 from benchmarks import cuda_ops14  # noqa: E402 - issue 14's dropout, cumsum and splitk
 
 cuda_ops14.register(sys.modules[__name__])
+from benchmarks import cuda_issue14  # noqa: E402 - issue 14's int8, fp8 and int4 GEMMs
+
+cuda_issue14.register(sys.modules[__name__])
 # Cases whose time is spread over 3 input sets (the memory-bound ones), else 2.
 _THREE_SETS = ("softmax", "layernorm", "rmsnorm", "gqa", "cross_entropy", "embedding")
 
