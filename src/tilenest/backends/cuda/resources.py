@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tilenest.analysis.trips import Trips, is_dynamic, trip_counts
-from tilenest.ir import ops
-from tilenest.ir.core import Function, Op, Region
+from tilenest.ir import ops, ops_shape
+from tilenest.ir.core import Function, Op, Region, Value
 from tilenest.ir.ops import mma_roles
 from tilenest.ir.types import Dim, TileType
 
@@ -30,11 +30,18 @@ class BlockLayout:
     m, n and contracted dims of an `mma` (tl.dot needs 16 there). Batch dims of an `mma`
     are not tl.dot dims and stay at their power of two: padding a unit batch dim to 16
     multiplies every block that carries it (a broadcast product of q and k over
-    (b, h, m, d, n) by 256 for two of them). Dims are matched by identity."""
+    (b, h, m, d, n) by 256 for two of them). Dims are matched by identity.
+
+    The contracted dims get at least `MIN_K_NARROW` (32) where an operand is 8 bits wide
+    (tl.dot of i8/fp8 needs K >= 32) or is a 16-bit tile relaid out in registers by a
+    reshape/join/split: on the H200 (triton 3.6) an f16 `tl.dot` with K = 16 whose operand
+    came from `tl.join` + `tl.reshape` gave wrong results (int4_gemm, BK=16: relative error
+    ~1; BK=32 exact; f32 exact at either), so such a K is padded to 32."""
 
     def __init__(self, fn: Function, min_dot: int) -> None:
         self.min_dot = min_dot
         self.dot_dims: set[int] = set()
+        self.min_k: dict[int, int] = {}
         for op in fn.walk():
             if isinstance(op, ops.Mma):
                 a, b, c = op.a.type, op.b.type, op.acc.type
@@ -45,15 +52,47 @@ class BlockLayout:
                 except ValueError:  # the verifier rejects it; pad everything meanwhile
                     ms, ns, ks = list(a.dims), list(b.dims), list(c.dims)
                 self.dot_dims.update(id(d) for d in (*ms, *ns, *ks))
+                if any(_needs_wide_k(v) for v in (op.a, op.b)):
+                    self.min_k.update((id(d), MIN_K_NARROW) for d in ks)
 
     def extent(self, dim: Dim, extent: int) -> int:
         p = next_pow2(max(1, extent))
         if id(dim) in self.dot_dims:
-            p = max(p, self.min_dot)
+            p = max(p, self.min_dot, self.min_k.get(id(dim), 0))
         return p
 
     def shape(self, t: TileType) -> tuple[int, ...]:
         return tuple(self.extent(d, e) for d, e in zip(t.dims, t.shape, strict=True))
+
+
+MIN_K_NARROW = 32
+"""The least padded K of a `tl.dot` whose operand is narrow or relaid out (BlockLayout)."""
+
+_RELAYOUT = (ops_shape.Reshape, ops_shape.Join, ops_shape.Split)
+
+
+def _needs_wide_k(v: Value, depth: int = 8) -> bool:
+    """Whether an `mma` operand is 8 bits wide, or a 16-bit tile computed (through at most
+    `depth` elementwise ops and casts) from a reshape, join or split."""
+    t = v.type
+    if not isinstance(t, TileType):
+        return False
+    if t.dtype.bits <= 8:
+        return True
+    if t.dtype.bits != 16:
+        return False
+    stack, seen = [(v, depth)], set()
+    while stack:
+        x, left = stack.pop()
+        owner = x.owner
+        if not isinstance(owner, Op) or id(x) in seen or left < 0:
+            continue
+        seen.add(id(x))
+        if isinstance(owner, _RELAYOUT):
+            return True
+        if isinstance(owner, (ops.Cast, ops.Broadcast)) or ops.has_trait(owner, ops.ELEMENTWISE):
+            stack.extend((o, left - 1) for o in owner.operands if isinstance(o.type, TileType))
+    return False
 
 
 def _elements(shape: tuple[int, ...]) -> int:
