@@ -71,6 +71,7 @@ from tilenest.lang.nest import pipeline as pipeline
 from tilenest.lang.nest import reduce as reduce
 from tilenest.lang.nest import serial as serial
 from tilenest.lang.random import rand as rand
+from tilenest.lang.random import rand4x as rand4x
 from tilenest.lang.random import randn as randn
 from tilenest.lang.reductions import max as max  # noqa: A004
 from tilenest.lang.reductions import min as min  # noqa: A004

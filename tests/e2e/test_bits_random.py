@@ -28,7 +28,7 @@ from tests.e2e.conftest import Buffers, assert_same, fresh_rng, run_on
 
 import tilenest as tn
 from tilenest.ir import dtypes as dt
-from tilenest.lang.random import rand_numpy, randn_numpy
+from tilenest.lang.random import rand4x_numpy, rand_numpy, randn_numpy
 
 THIS_FILE = Path(__file__).name
 INT_DTYPES = [d for d in dt.ALL_DTYPES if d.is_int]
@@ -236,6 +236,34 @@ def test_rand_is_bitwise_the_philox_oracle(target: str, case: tuple) -> None:
     want = bufs.copies()
     bufs.numpy_args(want)[2][...] = u
     assert_same(got, want, bufs, f"{target} rand {case} (seed {rseed})")
+
+
+@tn.kernel
+def rand4x_of_offsets(O, Y0, Y1, Y2, Y3, *, SEED=5, BM=4, BN=4):
+    M, N = O.shape
+    m, n = tn.axis("m", BM), tn.axis("n", BN)
+    for nest in tn.parallel(tn.axis("gm", tn.cdiv(M, BM)), tn.axis("gn", tn.cdiv(N, BN))):
+        i, j = nest.coord()
+        words = tn.rand4x(SEED, O.tile((i * BM, j * BN), (m, n)).load())
+        for Y, u in zip((Y0, Y1, Y2, Y3), words, strict=True):
+            Y.tile((i * BM, j * BN), (m, n)).store(u)
+
+
+def test_rand4x_is_bitwise_the_four_philox_words(target: str) -> None:
+    """rand4x gives the four output words of each counter on rand's grid; the first is
+    rand itself (ragged 5 x 7 over 4 x 4 tiles, offset views)."""
+    rng, rseed = fresh_rng()
+    offsets = _offsets(rng, np.int32, (5, 7))
+    bufs = Buffers()
+    bufs.place(offsets, "offset")
+    for _ in range(4):
+        bufs.output((5, 7), np.float32, "offset")
+    got = run_on(target, rand4x_of_offsets, bufs)
+    words = rand4x_numpy(5, offsets)
+    assert np.array_equal(words[0], rand_numpy(5, offsets))
+    assert len({w.tobytes() for w in words}) == 4
+    assert_same(got, bufs.after({1 + i: w for i, w in enumerate(words)}), bufs,
+                f"{target} rand4x (seed {rseed})")
 
 
 def test_rand_offsets_below_2_31_agree_across_offset_dtypes() -> None:

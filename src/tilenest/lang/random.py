@@ -278,8 +278,8 @@ ELEMENT = object()  # a word that depends on the element's offset (`_Hoist`)
 _UNAVAILABLE = object()  # a key-only word no element word consumes: not passed in
 
 
-def _generate(seed: Any, offsets: Any, finish: Callable[[list[Tile]], Tile],
-              outputs: int) -> Tile:
+def _generate(seed: Any, offsets: Any, finish: Callable[[list[Tile]], Any],
+              outputs: int) -> Any:
     """`finish` of the first `outputs` Philox words of every offset, as one `map` whose
     scalar body holds the rounds (the cpu emits it as one loop, cuda as one chain of block
     expressions). What depends on the key alone is computed once per program, outside
@@ -298,16 +298,14 @@ def _generate(seed: Any, offsets: Any, finish: Callable[[list[Tile]], Tile],
     scheduled_rounds(hoisted, [ELEMENT, ELEMENT if wide else 0, 0, 0], schedule, outputs)
     needed = list(hoisted.needed.values())
 
-    def element(offset: Tile, *keys: Tile) -> Tile:
+    def element(offset: Tile, *keys: Tile) -> Any:
         replay = _Replay(hoisted, {t.value: k for t, k in zip(needed, keys, strict=True)})
         pairs = [(replay.inside(k0), replay.inside(k1)) for k0, k1 in schedule]
         out = scheduled_rounds(replay, _counter(offset), pairs, outputs)
         assert all(isinstance(w, Tile) for w in out)  # c0 is a Tile: so is every output
         return finish(out)
 
-    out = tile_map(element, counter_offsets, *needed)
-    assert isinstance(out, Tile)
-    return out
+    return tile_map(element, counter_offsets, *needed)
 
 
 def _grid(word: Tile, plus: int = 0) -> Tile:
@@ -321,6 +319,22 @@ def rand(seed: Any, offsets: Any) -> Tile:
     from Philox4x32-10 (module docstring): the top 24 bits of the first output word times
     2**-24, exact and bitwise equal on every backend."""
     return _generate(seed, offsets, lambda w: _grid(w[0]), 1)
+
+
+def rand4x(seed: Any, offsets: Any) -> tuple[Tile, Tile, Tile, Tile]:
+    """Four uniform f32 tiles in [0, 1) with the layout of `offsets`: the four Philox output
+    words of each offset's counter, each on the 2**-24 grid of `rand` (the first is
+    `rand(seed, offsets)`), exact and bitwise equal on every backend. One generator call
+    per four draws (Triton's `tl.rand4x`, curand's `curand_uniform4`): a memory-bound kernel
+    that needs a draw per element (dropout) takes counters for groups of four elements and
+    interleaves the words with `tn.join` and `tn.reshape`."""
+    return _generate(seed, offsets, lambda w: tuple(_grid(x) for x in w), 4)
+
+
+def rand4x_numpy(seed: int, offsets: np.ndarray) -> list[np.ndarray]:
+    """`tn.rand4x(seed, offsets)` in numpy (float32, exact): the oracle of the tests."""
+    return [((c >> np.uint32(8)).astype(np.float64) * TWO_POW_M24).astype(np.float32)
+            for c in _numpy_words(seed, offsets)]
 
 
 def randn(seed: Any, offsets: Any) -> Tile:
