@@ -51,8 +51,10 @@ EXAMPLE = Example(
     consts={"ROWS": 4},
     demo=Case({"M": 100, "N": 200}),
     cases=(
-        Case({"M": 37, "N": 45}),
-        Case({"M": 1, "N": 130}),
+        # k rounds of selection per row: small k keeps the interpreter tiers quick; the
+        # (16, 64) case runs the default k = 8.
+        Case({"M": 37, "N": 45}, {"K": 3}),
+        Case({"M": 1, "N": 130}, {"K": 5}),
         Case({"M": 16, "N": 64}, {"ROWS": 8}),
         Case({"M": 5, "N": 8}, {"ROWS": 2}),
     ),

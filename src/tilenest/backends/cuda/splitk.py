@@ -112,8 +112,8 @@ def split_phases(entry: dict[str, float], site: SplitSite, splits: int
     combine = {k: v for k, v in entry.items() if not k.startswith(("flops_", "mma"))}
     combine.pop("copy_bytes", None)
     combine.pop("copies", None)
-    combine.update({"trips": 0.0, "trips_longest": 0.0, "stages": 1.0, "bytes": ws_bytes, "dram_fraction": 1.0,
-                    "mmas": 0.0})
+    combine.update({"trips": 0.0, "trips_longest": 0.0, "stages": 1.0, "bytes": ws_bytes,
+                    "dram_fraction": 1.0, "mmas": 0.0})
     return [partial, combine]
 
 
