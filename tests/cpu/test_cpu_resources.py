@@ -52,7 +52,8 @@ def test_measured_storage_is_the_plans_own(ex, case, dtype) -> None:
     kernel = ex.kernel
     consts = {k: v for k, v in {**ex.consts, **case.consts}.items()
               if k not in kernel.tunables}
-    tensors, _consts, key = kernel._bind(tuple(empty_args(ex, case.shape, dtype)),
+    tensors, _consts, key = kernel._bind(tuple(empty_args(ex, case.shape, dtype,
+                                                          consts=case.consts)),
                                          dict(consts))
     checked = 0
     for pick in (0, -1):  # the first and the last value of every tunable

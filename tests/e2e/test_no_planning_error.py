@@ -204,6 +204,6 @@ def test_empty_args_match_the_prepared_arguments() -> None:
     for ex in EXAMPLES.values():
         for case in ex.cases:
             run = ex.prepare(rng, case)
-            made = empty_args(ex, case.shape)
+            made = empty_args(ex, case.shape, consts=case.consts)
             assert [(a.shape, a.dtype) for a in made] == [(a.shape, a.dtype) for a in run.args], \
                 (ex.name, case.id, ex.name in OUTPUT_SHAPES)

@@ -87,7 +87,7 @@ OUTPUT_SHAPES: dict[str, Callable[[dict[str, int]], OutputShapes]] = {
     "moe": lambda s: {"S": (2 * s["T"], s["F"]), "Y": (s["T"], s["F"])},
     "rmsnorm_backward_dw": lambda s: (s["N"],),
     "cumsum": lambda s: {"Y": (s["N"],), "T": (max(1, -(-s["N"] // s["SEG"])),)},
-    "topk": lambda s: (s["M"], 8),
+    "topk": lambda s: (s["M"], s.get("K", topk.K_DEFAULT)),
 }
 
 
@@ -141,15 +141,17 @@ _TORCH_FLOATS = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 
 def empty_args(example: Example, shape: dict[str, int], dtype: str = "f32",
-               lib: str = "numpy") -> list[Any]:
+               lib: str = "numpy", consts: dict[str, Any] | None = None) -> list[Any]:
     """Uninitialized contiguous arguments (kernel parameter order) of a call at `shape`:
     float inputs and the outputs in `dtype`, integer inputs in their own dtype. Nothing may
-    read them: they are for planning and compiling (`np.empty`/`torch.empty` only reserve)."""
+    read them: they are for planning and compiling (`np.empty`/`torch.empty` only reserve).
+    `consts` (over the example's own) size outputs that depend on a constant (topk's K)."""
     if dtype == "bf16" and lib != "torch":
         raise ValueError("bf16 tensors need lib='torch' (numpy has no bfloat16)")
     drawn = example.make_inputs(_ShapeRng(), **shape)
     first = drawn[example.inputs[0]]
-    out_shape = OUTPUT_SHAPES[example.name](shape) if example.name in OUTPUT_SHAPES \
+    sizes = {**example.consts, **(consts or {}), **shape}
+    out_shape = OUTPUT_SHAPES[example.name](sizes) if example.name in OUTPUT_SHAPES \
         else first.shape
     specs = {p: (drawn[p].shape, drawn[p].dtype) for p in example.inputs}
     specs.update({p: (out_shape[p] if isinstance(out_shape, dict) else out_shape,

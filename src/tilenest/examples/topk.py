@@ -20,9 +20,12 @@ import numpy as np
 import tilenest as tn
 from tilenest.examples.common import Case, Example
 
+K_DEFAULT = 8
+"""The kernel's default k (outputs are (M, K))."""
+
 
 @tn.kernel
-def topk_rows(X, V, I, *, K=8, ROWS=tn.tunable(4, 1, 2, 8, 16)):
+def topk_rows(X, V, I, *, K=K_DEFAULT, ROWS=tn.tunable(4, 1, 2, 8, 16)):
     M, N = X.shape
     programs = tn.axis("programs", tn.cdiv(M, ROWS))
     r, c, k = tn.axis("r", ROWS), tn.axis("c", N), tn.axis("k", K)
