@@ -9,6 +9,7 @@ import zlib
 import numpy as np
 import pytest
 
+from tilenest.config import FULL_PLAN_SWEEP
 from tilenest.examples import EXAMPLES
 from tilenest.examples.common import Example
 
@@ -34,8 +35,20 @@ def test_example_cases(interpreter, example: Example, case, rng) -> None:
     _run(example, example.prepare(rng, case, lib="torch"))
 
 
-@pytest.mark.parametrize("layout", ["offset", "transposed"])
-@pytest.mark.parametrize("example", ALL, ids=lambda e: e.name)
+def _view_params() -> list:
+    """Both layouts of every example under TILENEST_FULL_PLAN_SWEEP=1; by default one per
+    example, alternating by name (the interpreter costs seconds per view; the GPU tier,
+    tests/e2e/test_examples.py on the device, runs both layouts of every example)."""
+    layouts = ("offset", "transposed")
+    out = []
+    for ex in ALL:
+        chosen = layouts if FULL_PLAN_SWEEP.read() else (layouts[zlib.crc32(ex.name.encode())
+                                                                 % 2],)
+        out.extend(pytest.param(ex, layout, id=f"{ex.name}-{layout}") for layout in chosen)
+    return out
+
+
+@pytest.mark.parametrize(("example", "layout"), _view_params())
 def test_views(interpreter, example: Example, layout: str, rng) -> None:
     _run(example, example.prepare(rng, example.cases[0], lib="torch", layout=layout))
 
