@@ -7,36 +7,18 @@ mentions no tilenest internals.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
+from diag_markers import Markers
 
 import tilenest as tn
 
-THIS_FILE = os.path.abspath(__file__)
-_LINES = Path(THIS_FILE).read_text(encoding="utf-8").splitlines()
-INTERNAL = ("tilenest/lang", "tilenest/ir", "tilenest/runtime", "tilenest/backends",
-            "tilenest/errors")
-
-
-def line_of(marker: str) -> int:
-    hits = [no for no, text in enumerate(_LINES, 1) if text.rstrip().endswith(f"# diag: {marker}")]
-    assert len(hits) == 1, f"marker {marker!r} found {len(hits)} times"
-    return hits[0]
+MARKERS = Markers(__file__)
+line_of = MARKERS.line_of
 
 
 def check_points_at(err: pytest.ExceptionInfo, marker: str, match: str = "") -> None:
-    msg = str(err.value)
-    lineno = line_of(marker)
-    assert f"{THIS_FILE}:{lineno}\n" in msg, msg
-    assert _LINES[lineno - 1].strip() in msg, msg
-    for internal in INTERNAL:
-        assert internal not in msg, msg
-    if match:
-        assert match in msg, msg
-    assert isinstance(err.value, tn.TileError)
+    MARKERS.check_points_at(err, marker, tn.TileError, *([match] if match else []))
 
 
 def f32(*shape: int) -> np.ndarray:

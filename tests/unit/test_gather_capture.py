@@ -8,38 +8,20 @@ line, show the line, and mention no tilenest internals (as in test_diagnostics.p
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
+from diag_markers import Markers
 
 import tilenest as tn
 from tilenest.ir import ops
 from tilenest.ir.core import Function
 
-THIS_FILE = os.path.abspath(__file__)
-_LINES = Path(THIS_FILE).read_text(encoding="utf-8").splitlines()
-INTERNAL = ("tilenest/lang", "tilenest/ir", "tilenest/runtime", "tilenest/backends",
-            "tilenest/errors", "tilenest/analysis")
+check_points_at = Markers(__file__).check_points_at
+
 
 X = np.zeros((6, 10), np.float32)
 I = np.zeros((6, 4), np.int32)
 Y = np.zeros((6, 4), np.float32)
-
-
-def check_points_at(err: pytest.ExceptionInfo, marker: str, kind: type, *fragments: str
-                    ) -> None:
-    msg = str(err.value)
-    hits = [n for n, text in enumerate(_LINES, 1) if text.rstrip().endswith(f"# diag: {marker}")]
-    assert len(hits) == 1, marker
-    assert f"{THIS_FILE}:{hits[0]}\n" in msg, msg
-    assert _LINES[hits[0] - 1].strip() in msg, msg
-    for internal in INTERNAL:
-        assert internal not in msg, msg
-    for fragment in fragments:
-        assert fragment in msg, msg
-    assert isinstance(err.value, kind), type(err.value)
 
 
 def only(fn: Function, kind: type) -> list:

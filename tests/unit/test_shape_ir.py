@@ -7,11 +7,9 @@ test_gather_capture.py).
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
+from diag_markers import Markers
 from ir_samples import FnBuilder, tile
 
 import tilenest as tn
@@ -25,10 +23,7 @@ from tilenest.ir.ops import VerifyError
 from tilenest.ir.ops_shape import Join, Reshape, Split
 from tilenest.ir.types import Dim, TileType
 
-THIS_FILE = os.path.abspath(__file__)
-_LINES = Path(THIS_FILE).read_text(encoding="utf-8").splitlines()
-INTERNAL = ("tilenest/lang", "tilenest/ir", "tilenest/runtime", "tilenest/backends",
-            "tilenest/errors", "tilenest/analysis")
+check_points_at = Markers(__file__).check_points_at
 
 
 # ---------------------------------------------------------------------------- verifier table
@@ -190,20 +185,6 @@ def test_cuda_relabel_rule() -> None:
 
 
 # ---------------------------------------------------------------------------- wrong uses
-
-
-def check_points_at(err: pytest.ExceptionInfo, marker: str, kind: type, *fragments: str
-                    ) -> None:
-    msg = str(err.value)
-    hits = [n for n, text in enumerate(_LINES, 1) if text.rstrip().endswith(f"# diag: {marker}")]
-    assert len(hits) == 1, marker
-    assert f"{THIS_FILE}:{hits[0]}\n" in msg, msg
-    assert _LINES[hits[0] - 1].strip() in msg, msg
-    for internal in INTERNAL:
-        assert internal not in msg, msg
-    for fragment in fragments:
-        assert fragment in msg, msg
-    assert isinstance(err.value, kind), type(err.value)
 
 
 @tn.kernel
