@@ -152,12 +152,19 @@ def jagged_case(suite: ModuleType, spec: Any, log: list[str]) -> Any:
 
     for key in ("segment_reduce", "index_add"):
         case.contenders[f"torch {key}"] = (partial(run, key=key), partial(box.get, key))
-    sources = [torch.empty(real // 2 // dt.itemsize, device=DEVICE, dtype=dt).normal_()
+    copy_contender(case, real, dt, "copy of the real bytes (bandwidth ceiling)")
+    return case
+
+
+def copy_contender(case: Any, nbytes: int, dt: Any, label: str) -> None:
+    """A device copy moving `nbytes` in all (read plus write, two rotating sources): the
+    bandwidth line of a memory-bound case."""
+    import torch
+
+    sources = [torch.empty(nbytes // 2 // dt.itemsize, device=DEVICE, dtype=dt).normal_()
                for _ in range(2)]
     copy = torch.empty_like(sources[0])
-    case.contenders["copy of the real bytes (bandwidth ceiling)"] = (
-        lambda i: copy.copy_(sources[i]), lambda: None)
-    return case
+    case.contenders[label] = (lambda i: copy.copy_(sources[i]), lambda: None)
 
 
 def moe_case(suite: ModuleType, spec: Any, log: list[str]) -> Any:

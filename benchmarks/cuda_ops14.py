@@ -25,12 +25,14 @@ from functools import partial
 from types import ModuleType
 from typing import Any
 
+from benchmarks.cuda_dynamic import copy_contender
 from tilenest.examples import cumsum as cumsum_example
 
 DROPOUT_SHAPES = ((8192, 8192),)
 CUMSUM_SIZES = (16 * 1024 * 1024,)
 SPLITK_SHAPES = ((16, 4096, 4096),)
 DEVICE = "cuda"
+COPY = "copy of the same bytes (bandwidth ceiling)"
 
 
 def register(suite: ModuleType) -> None:
@@ -47,16 +49,6 @@ def register(suite: ModuleType) -> None:
     suite.BUILDERS.update(dropout=partial(dropout_case, suite),
                           cumsum=partial(cumsum_case, suite),
                           splitk=partial(splitk_case, suite))
-
-
-def _copy_contender(case: Any, nbytes: int, dt: Any) -> None:
-    import torch
-
-    sources = [torch.empty(nbytes // 2 // dt.itemsize, device=DEVICE, dtype=dt).normal_()
-               for _ in range(2)]
-    copy = torch.empty_like(sources[0])
-    case.contenders["copy of the same bytes (bandwidth ceiling)"] = (
-        lambda i: copy.copy_(sources[i]), lambda: None)
 
 
 def dropout_case(suite: ModuleType, spec: Any, log: list[str]) -> Any:
@@ -83,7 +75,7 @@ def dropout_case(suite: ModuleType, spec: Any, log: list[str]) -> Any:
     case.contenders["torch dropout (its own generator)"] = (
         lambda i: box.__setitem__("t", torch.nn.functional.dropout(sets[i][0], p)),
         lambda: box["t"])
-    _copy_contender(case, 2 * M * N * dt.itemsize, dt)
+    copy_contender(case, 2 * M * N * dt.itemsize, dt, COPY)
     return case
 
 
@@ -105,7 +97,7 @@ def cumsum_case(suite: ModuleType, spec: Any, log: list[str]) -> Any:
     box: dict[str, Any] = {}
     case.contenders["torch cumsum"] = (
         lambda i: box.__setitem__("t", torch.cumsum(xs[i], 0)), lambda: box["t"])
-    _copy_contender(case, 2 * n * dt.itemsize, dt)
+    copy_contender(case, 2 * n * dt.itemsize, dt, COPY)
     return case
 
 
