@@ -401,6 +401,15 @@ _BODIES: dict[str, Callable[[_Emit, ir.Value], ir.Value]] = {
 }
 
 
+def defined_function(module: ir.Module, fname: str, who: str) -> ir.Function | None:
+    """The module's function `fname` if `who` defined it already (once per module), else
+    None; a global of that name that is not a function is an error."""
+    existing = module.globals.get(fname)
+    if existing is not None and not isinstance(existing, ir.Function):
+        raise ValueError(f"{who}: {fname!r} is already defined as a non-function")
+    return existing
+
+
 def math_function(module: ir.Module, name: str, ty: ir.Type) -> ir.Function:
     """Define (once per module; reuse if already defined) `tilenest.<name>.<f32|f64>`: a scalar
     function of `ty` (ir.FloatType() or ir.DoubleType()) with linkage 'internal' and attribute
@@ -409,10 +418,8 @@ def math_function(module: ir.Module, name: str, ty: ir.Type) -> ir.Function:
         raise ValueError(f"math_function: unknown function {name!r}; known: {MATH_FUNCTIONS}")
     fmt = _Fmt(ty)
     fname = f"tilenest.{name}.{fmt.suffix}"
-    existing = module.globals.get(fname)
+    existing = defined_function(module, fname, "math_function")
     if existing is not None:
-        if not isinstance(existing, ir.Function):
-            raise ValueError(f"math_function: {fname!r} is already defined as a non-function")
         return existing
     fn = ir.Function(module, ir.FunctionType(ty, [ty]), name=fname)
     fn.linkage = "internal"

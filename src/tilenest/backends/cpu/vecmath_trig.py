@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 
 from llvmlite import ir
 
-from tilenest.backends.cpu.vecmath import _Emit, _f64_bits, _Fmt, math_function
+from tilenest.backends.cpu.vecmath import _Emit, _f64_bits, _Fmt, defined_function, math_function
 
 TRIG_FUNCTIONS = ("sin", "cos", "erf", "exp2", "log2", "pow")
 
@@ -256,10 +256,8 @@ def trig_function(module: ir.Module, name: str) -> ir.Function:
     if name not in TRIG_FUNCTIONS:
         raise ValueError(f"trig_function: unknown function {name!r}; known: {TRIG_FUNCTIONS}")
     fname = f"tilenest.{name}.f32"
-    existing = module.globals.get(fname)
+    existing = defined_function(module, fname, "trig_function")
     if existing is not None:
-        if not isinstance(existing, ir.Function):
-            raise ValueError(f"trig_function: {fname!r} is already defined as a non-function")
         return existing
     arity = 2 if name == "pow" else 1
     fn = ir.Function(module, ir.FunctionType(F32, [F32] * arity), name=fname)
