@@ -44,6 +44,7 @@ def cuda_tensor_pass() -> list[str]:
     """Every example case with its tensors on the GPU (layouts kept), checked on the host."""
     import numpy as np
     import torch
+
     from tilenest.examples import EXAMPLES
 
     lines = []

@@ -220,7 +220,7 @@ def test_elementwise_random_ties(dtype: type) -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_row_reductions_every_order(order: str, dtype: type) -> None:
     rng = np.random.default_rng(11)
-    for n, nan_rate in ((1, 0.0), (5, 0.0), (37, 0.0), (64, 0.0), (37, 0.02), (200, 0.01)):
+    for n, nan_rate in ((1, 0.0), (37, 0.0), (64, 0.0), (200, 0.01)):
         x = mixed(rng, (6, n), dtype, nan_rate)
         if nan_rate == 0.0 and n > 1:
             x[0] = -0.0  # all -0.0: the result must be -0.0, not an invented +0.0

@@ -18,7 +18,16 @@ from tests.shared_contracts import jagged_sum
 
 import tilenest as tn
 from tilenest.analysis.resources import ExecutionResources
-from tilenest.analysis.trips import ASSUMED, COMPUTED, EXACT, Trips, region_trips, trip_counts
+from tilenest.analysis.trips import (
+    ASSUMED,
+    COMPUTED,
+    EXACT,
+    SIMULATED,
+    Trips,
+    region_trips,
+    simulated_offsets,
+    trip_counts,
+)
 from tilenest.analysis.work import PACKET_LOCAL, extract_work
 from tilenest.backends.cpu.jit import host_info
 from tilenest.backends.cpu.target import CpuTargetInfo, packet_width
@@ -172,18 +181,90 @@ def test_negative_extents_count_zero() -> None:
     assert phase.broadcast == 1 and phase.loop_repetition == 1
 
 
-def test_jagged_loop_is_assumed_from_the_argument_shapes() -> None:
-    """The extent reads loaded offsets: each is assumed in [0, 24] (X's 24 elements, the
-    largest axis), so cdiv(hi - lo, 8) is at most 3; the 5 segments that load them are
-    assumed to split that work: 3 / 5 expected each. The longest of 5 random shares runs
-    about H_5 ~ ln 5 + 0.5772 times the mean (the critical path cuda prices)."""
+def _simulated_counts(n_off: int, cap: int, trips_of) -> np.ndarray:
+    """The trips of every segment under the simulated offsets (`simulated_offsets`)."""
+    cuts = simulated_offsets(n_off, cap)
+    return np.maximum(trips_of(cuts[:-1], cuts[1:]), 0)
+
+
+def test_jagged_loop_is_simulated_over_random_offsets() -> None:
+    """The extent reads Off[b] and Off[b + 1], elements of a 1-D integer tensor at positions
+    of the root coordinate: the count evaluates cdiv(hi - lo, 8) for every segment with the
+    simulated offsets (sorted cuts of [0, 24], X's 24 elements the largest axis). The mean
+    is the expected trips, the longest segment's count the critical path cuda prices, and the
+    maximum stays the interval bound (3)."""
     off = np.array([0, 3, 3, 20, 21, 19], np.int32)
     fn = jagged_sum.ir(_f32(24), off, _f32(5))
     [(_, trips)] = _dynamic(fn)
-    assert trips == Trips(0.6, 3, ASSUMED, 0.6 * (np.log(5) + 0.5772))
-    assert trips.critical == pytest.approx(1.312, abs=1e-3)
-    assert "data-dependent (assumed from the argument shapes): expected 0.6, max 3" \
-        in trips.describe()
+    counts = _simulated_counts(6, 24, lambda lo, hi: -(-(hi - lo) // 8))
+    assert trips == Trips(float(counts.mean()), 3, SIMULATED, float(counts.max()))
+    assert trips.critical == counts.max()
+    assert ("data-dependent (loaded bounds simulated as random offsets over the argument "
+            f"shapes): expected {counts.mean():.4g}, max 3") in trips.describe()
+
+
+def test_simulated_offsets_partition_the_rows_with_empty_segments() -> None:
+    cuts = simulated_offsets(1025, 524288)
+    lengths = np.diff(cuts)
+    assert cuts[0] == 0 and cuts[-1] == 524288 and (lengths >= 0).all()
+    assert 0.2 < (lengths == 0).mean() < 0.3  # about a quarter empty
+    assert lengths.max() > 7 * lengths.mean()  # the longest is several times the mean
+    assert (simulated_offsets(1025, 524288) == cuts).all()  # deterministic
+
+
+@tn.kernel
+def pieces_sum(X, Off, Y, *, BLOCK=8, PIECES=4):
+    """jagged_sum with each segment cut into PIECES pieces over a second root axis."""
+    B = Y.shape[0]
+    c, segments, pieces = tn.axis("c", BLOCK), tn.axis("s", B), tn.axis("p", PIECES)
+    for nest in tn.parallel(segments, pieces):
+        b, p = nest.index(segments), nest.index(pieces)
+        lo = tn.index(Off.tile((b,), ()).load())
+        hi = tn.index(Off.tile((b + 1,), ()).load())
+        span = tn.cdiv(tn.cdiv(hi - lo, PIECES), BLOCK) * BLOCK
+        first = lo + p * span
+        last = tn.minimum(hi, first + span)
+        acc = tn.zeros((), tn.f32)
+        for step in nest.serial(tn.cdiv(last - first, BLOCK)):
+            q = first + step.index() * BLOCK
+            x = X.tile((q,), (c,)).load()
+            acc = acc + tn.sum(tn.where(tn.arange(c) < last - q, x, 0.0), axis=c)
+        Y.tile((b, p), ()).store(acc)
+
+
+def test_a_segment_cut_into_pieces_runs_a_pieces_share() -> None:
+    """The assumption of the shapes alone (the range split over the segments) cannot see the
+    pieces axis; the simulation evaluates first/last per (segment, piece): the longest piece
+    is about a quarter of the longest segment."""
+    off = np.zeros(1025, np.int32)
+    whole = trip_counts(jagged_sum.ir(_f32(65536), off, _f32(1024)))
+    cut = trip_counts(pieces_sum.ir(_f32(65536), off, _f32(1024, 4)))
+    [w] = [t for op, t in whole.items() if op.is_dynamic]
+    [c] = [t for op, t in cut.items() if op.is_dynamic]
+    assert w.basis == c.basis == SIMULATED
+    assert c.critical == pytest.approx(w.critical / 4, abs=1)
+    assert c.expected == pytest.approx(w.expected / 4, rel=0.2)
+
+
+@tn.kernel
+def nested_gather_sum(X, Idx, Off, Y, *, BLOCK=8):
+    """A bound read at a loaded position (Off[Idx[b]]): not simulated."""
+    (B,) = Y.shape
+    c = tn.axis("c", BLOCK)
+    for nest in tn.parallel(B):
+        at = tn.index(Idx.tile((nest.index(),), ()).load())
+        n = tn.index(Off.tile((at,), ()).load())
+        acc = tn.zeros((), tn.f32)
+        for step in nest.serial(tn.cdiv(n, BLOCK)):
+            acc = acc + tn.sum(X.tile((step.index() * BLOCK,), (c,)).load(), axis=c)
+        Y.tile((nest.index(),), ()).store(acc)
+
+
+def test_a_bound_at_a_loaded_position_keeps_the_shape_assumption() -> None:
+    fn = nested_gather_sum.ir(_f32(24), np.zeros(5, np.int32), np.zeros(6, np.int32),
+                              _f32(5))
+    [(_, trips)] = _dynamic(fn)
+    assert trips.basis == ASSUMED
 
 
 # ---------------------------------------------------------------------------- the planner
@@ -239,7 +320,8 @@ def test_explain_prints_each_dynamic_region_with_its_basis_at_its_line() -> None
     off = np.array([0, 3, 3, 20, 21, 19], np.int32)
     text = render(_plan(jagged_sum.ir(_f32(24), off, _f32(5))))
     assert ("(`for step in nest.serial(tn.cdiv(hi - lo, BLOCK)):`): dynamic trip count, "
-            "data-dependent (assumed from the argument shapes): expected 0.6, max 3") in text
+            "data-dependent (loaded bounds simulated as random offsets over the argument "
+            "shapes): expected ") in text
     assert "trips: " not in render(_plan(fixed_sum.ir(_f32(64), _f32(64))))
 
 

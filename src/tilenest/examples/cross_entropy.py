@@ -81,7 +81,7 @@ EXAMPLE = Example(
     cases=(
         Case({"M": 37, "V": 45}),
         Case({"M": 5, "V": 130}, {"BLOCK": 32}),
-        Case({"M": 9, "V": 1100}, {"ROWS": 2}),
+        Case({"M": 9, "V": 600}, {"ROWS": 2, "BLOCK": 256}),  # 3 column blocks, ragged
         Case({"M": 7, "V": 300}, {"ROWS": 4, "BLOCK": 128}),
         Case({"M": 1, "V": 64}),
     ),

@@ -15,10 +15,17 @@ ragged). One kernel, two phases (two launches: the second sees every store of th
 Bandwidth model (N elements, 4-byte f32): phase 1 reads 4N bytes, phase 2 reads 4N and
 writes 4N, so the kernel moves 12N bytes where a copy moves 8N: at most 0.67x copy bandwidth
 from DRAM, more where phase 2's first reads hit L2 (the H200's 50 MB L2 holds most of what
-phase 1 read last of a 16M vector's 64 MiB). The totals (S floats) and each phase-2
-program's prefix over them (S reads from L2) are small when S is a few hundred to a
-thousand: `segment_length` picks SEG for at most `SEGMENTS` segments. The goal (issue 14)
-is >= 0.6x copy for 16M f32 on the H200.
+phase 1 read last of a 16M vector's 64 MiB). Each phase-2 program's prefix over the
+totals reads S floats from L2. `segment_length` picks SEG for at most `SEGMENTS` segments
+of at least 4096 elements, so a vector of up to 16M elements runs one chunk per segment and
+phase 2 has no loop-carried chain. Measured on the H200 at 16M f32 (copy 0.0364 ms,
+scripts/device_scan_jagged_probe.py): SEG 4096 with BLOCK 4096 0.640x copy, BLOCK 2048
+0.602x; SEG 16384 0.57-0.59x; SEG 65536 0.37-0.59x; torch.cumsum 0.614x. Cutting the
+vector into L2-sized chunks of two phases each (so phase 2 re-reads from L2) was slower at
+every chunk size tried (0.13-0.58x): the launches cost more than the DRAM reads they save.
+The cost model ranks the BLOCK values alike (every one is bound by the same DRAM bytes), so
+the tunable's first value, the largest, is the pick. The goal (issue 14) is >= 0.6x copy
+for 16M f32 on the H200.
 
 Contracts: `tn.sum` and `tn.cumsum` are `unordered_tree` (the default: the GPU scans a chunk
 as a parallel prefix), so the result is a cumulative sum up to f32 rounding, checked against
@@ -34,12 +41,12 @@ import numpy as np
 import tilenest as tn
 from tilenest.examples.common import Case, Example, next_pow2
 
-SEGMENTS = 1024
+SEGMENTS = 4096
 """At most this many segments (phase 2's prefix over the totals stays a small read)."""
 
 
 @tn.kernel
-def cumsum_segments(X, T, Y, *, SEG=16384, BLOCK=tn.tunable(2048, 1024, 4096, 512)):
+def cumsum_segments(X, T, Y, *, SEG=16384, BLOCK=tn.tunable(4096, 2048, 1024, 512)):
     (N,) = X.shape
     S = T.shape[0]
     block = min(BLOCK, SEG)  # both powers of two: `block` divides SEG

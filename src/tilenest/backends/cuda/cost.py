@@ -19,11 +19,17 @@ dot flops by operand kind, and the padded (m, n) of each `mma` with its flop sha
                  (stages - 1) when pipelined, else load_latency_s + resident * (one
                  program's compute per trip at the SM's rate); where programs run loops of
                  different lengths (trips_longest > trips: jagged segments, causal key
-                 loops) at least the chain of the longest-running program, which the launch
-                 waits for after the others finished: trips_longest * (chain_latency_s /
-                 max(1, stages - 1) + trip_bytes / chain_bandwidth) + load_latency_s
-    memory     = (bytes - shared_bytes) * dram_fraction / bandwidth  (shared_bytes: loads
-                 at addresses independent of the program, re-read from L2 after the first)
+                 loops) at least the chain of the longest-running program, started
+                 `chain_start` of the way through the memory time (its place in the grid
+                 comes up late) and waited for after the others finished: chain_start *
+                 memory + trips_longest * (chain_latency_s / max(1, stages - 1) +
+                 trip_bytes / chain_bandwidth) + load_latency_s
+    memory     = (bytes + short - shared_bytes) * dram_fraction / bandwidth  (shared_bytes:
+                 loads at addresses independent of the program, re-read from L2 after the
+                 first; short = the sum over accesses in contiguous runs shorter than a
+                 128-byte line that the program's loop does not sweep along of bytes *
+                 ((128 / run) ** short_run_exponent - 1): a narrow column block of a jagged
+                 row loop fills lines its program never reads)
     shallow    = waves * trips * resident * (bytes / programs / trips) / (l2_bandwidth / SMs)
                  when stages == 2 (one load in flight: the transfer is not hidden), else 0
     phase      = max(throughput, latency, memory) + shallow + rounds * program_s / resident
@@ -53,7 +59,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from tilenest.backends.cuda.resources import KSTRIDED, MISALIGNED, TENSOR_CORE_KINDS
+from tilenest.backends.cuda.resources import (
+    DRAM_LINE,
+    KSTRIDED,
+    MISALIGNED,
+    TENSOR_CORE_KINDS,
+)
 from tilenest.errors import ArgumentError
 from tilenest.plan.cost import CostBreakdown, CostPolicy
 from tilenest.plan.target import ScheduledWork
@@ -71,10 +82,15 @@ H200_RATES: dict[str, float] = {
     "step_s": 3.5e-8,           # per loop iteration of one program, not overlapped (fit)
     "load_latency_s": 5e-7, "launch_s": 3e-6, "l2_reuse": 1.0,
     # One trip of the longest-running program's loop = a latency that pipelining divides plus
-    # its bytes at one program's streaming rate. Fit to two points of the H200 jagged_mean
-    # sweep (longest segment 5845 rows): ROWS8 BLOCK512 s1 (8 KiB a trip) 2.4 us per trip
-    # (1.741 ms / 730 trips), ROWS64 BLOCK128 s3 (16 KiB) 2.6 us (0.240 ms / 92): leads.
-    "chain_latency_s": 1.47e-6, "chain_bandwidth": 8.6e9,
+    # its bytes at one program's streaming rate; the chain starts after the memory time.
+    # Fit (grid search on the model's pick and log error) to 52 points of the H200
+    # jagged_mean sweep, bf16 and f32, ROWS 8-64 x BLOCK 32-128 x warps 1-4 x stages 3-4
+    # (benchmarks/results/device/issue14-run2/probe2-acc2d-pieces.log): the model's picks
+    # are within 0.6% (bf16) and 1.0% (f32) of the measured best, log error 0.16 (0.31
+    # with the earlier two-point fit). bf16 BLOCK 32 (64-byte column runs) ran 1.3x
+    # slower than BLOCK 64 at the same rows: short_run_exponent.
+    "chain_latency_s": 7.5e-7, "chain_bandwidth": 1e11, "chain_start": 1.0,
+    "short_run_exponent": 0.4,
     "program_s": 2e-8,          # per program on the busiest SM: block launch, prologue and
     #                             epilogue issue, overlapped by co-resident programs (a lead)
 }
@@ -140,6 +156,16 @@ class GpuCostPolicy(CostPolicy):
             inv += s[f"mma{i}_share"] / max(e, 1e-6)
         return 1.0 / max(inv, 1e-6)
 
+    def _short_run_excess(self, s: Mapping[str, float]) -> float:
+        """DRAM bytes beyond the logical ones for accesses in runs shorter than a line that
+        the program's loop does not sweep: bytes * ((line / run) ** short_run_exponent - 1)."""
+        w, extra = self.weights, 0.0
+        for key, moved in s.items():
+            if key[:3] == "run" and key.endswith("_bytes"):
+                run = max(1.0, float(key[3:-6]))
+                extra += moved * ((DRAM_LINE / run) ** w["short_run_exponent"] - 1.0)
+        return extra
+
     @staticmethod
     def _flops(s: Mapping[str, float]) -> list[tuple[str, float]]:
         return [(k[6:], v) for k, v in s.items() if k[:6] == "flops_"]
@@ -168,8 +194,6 @@ class GpuCostPolicy(CostPolicy):
                 else:
                     strided += extra
         l2 = s["bytes"] / max(w["l2_bandwidth"], 1e-30)
-        frac = 1.0 - w["l2_reuse"] * (1.0 - s.get("dram_fraction", 1.0))
-        memory = (s["bytes"] - s.get("shared_bytes", 0.0)) * frac / bw
         rounds = math.ceil(programs / sms)
         work = max(dot + misaligned + strided, l2)
         step = rounds * trips * w["step_s"] / resident
@@ -184,12 +208,17 @@ class GpuCostPolicy(CostPolicy):
             # programs' compute queues behind each other.
             per_trip = lat + resident * sms * work / programs / max(trips, 1.0)
         latency = waves * (trips * per_trip + lat)
+        frac = 1.0 - w["l2_reuse"] * (1.0 - s.get("dram_fraction", 1.0))
+        memory = (s["bytes"] + self._short_run_excess(s) - s.get("shared_bytes", 0.0)) \
+            * frac / bw
         longest = s.get("trips_longest", trips)
         if longest > trips and trips:
             trip_bytes = s["bytes"] / programs / trips
             per_chain_trip = w["chain_latency_s"] / max(1.0, s.get("stages", 1.0) - 1.0) \
                 + trip_bytes / max(w["chain_bandwidth"], 1e-30)
-            latency = max(latency, longest * per_chain_trip + lat)
+            # The longest program starts when its place in the grid comes up: on average
+            # `chain_start` of the way through the launch's memory time.
+            latency = max(latency, w["chain_start"] * memory + longest * per_chain_trip + lat)
         # Two stages keep one load in flight: each trip's operand transfer, at the SM's
         # share of the L2 bandwidth, is not hidden (H200, f16 4096^3: BM256 BN128 BK128
         # s2 0.307 ms where the roofline said 0.198, BM128 BN256 BK64 s3 0.188; flash

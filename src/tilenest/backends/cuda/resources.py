@@ -158,6 +158,55 @@ class Work:
     max_tile_elements: int = 1
     live_elements: int = 0
     shared_bytes: float = 0.0  # bytes of loads every program reads at the same addresses
+    short_runs: dict[int, float] = field(default_factory=dict)
+    """Bytes moved in contiguous runs shorter than a DRAM line, by run length in bytes,
+    that no loop of the program sweeps along (`short_run`)."""
+
+
+DRAM_LINE = 128  # bytes: the L2 line a DRAM transfer fills
+
+
+def contiguous_run(op: ops.Memory) -> tuple[int, int | None]:
+    """(the bytes of one contiguous run of the access, the tensor axis whose origin moves
+    it): the innermost kept axes while they are dense in memory, merged across an axis the
+    access spans whole. (itemsize, None) when the innermost axis is strided or dropped."""
+    t = op.tensor_type
+    run, dense, axis = t.dtype.itemsize, 1, None
+    for a in range(t.rank - 1, -1, -1):
+        extent = op.shape[a]
+        if extent is None or t.strides[a] != dense:
+            break
+        run, axis = run * extent, a
+        if extent < t.shape[a]:
+            break
+        dense *= t.shape[a]
+    return run, axis
+
+
+def _depends_on(v: Value, coords: frozenset[Value]) -> bool:
+    stack, seen = [v], set()
+    while stack:
+        x = stack.pop()
+        if x in coords:
+            return True
+        if x in seen or not isinstance(x.owner, ops.IndexBinary):
+            continue
+        seen.add(x)
+        stack.extend((x.owner.lhs, x.owner.rhs))
+    return False
+
+
+def short_run(op: ops.Memory, loops: frozenset[Value]) -> int | None:
+    """The run length of a load or store whose contiguous runs are shorter than a DRAM line
+    and whose innermost origin no enclosing loop of its program advances (the program's own
+    next trips do not complete the line: a narrow column block of a jagged row loop), else
+    None. A GEMM's BK-wide A tile advances along k with its loop: not short."""
+    if isinstance(op, (ops.Gather, ops.Scatter)):
+        return None
+    run, axis = contiguous_run(op)
+    if run >= DRAM_LINE or axis is None:
+        return None
+    return None if _depends_on(op.indices[axis], loops) else run
 
 
 TripMap = Mapping[ops.RegionOp, Trips]
@@ -182,12 +231,12 @@ def _trips(op: ops.RegionOp, counts: TripMap, longest: bool = False) -> float:
 
 
 def _count(region: Region, mult: float, work: Work, layout: BlockLayout,
-           counts: TripMap) -> None:
-    _count_ops(region.ops, mult, work, layout, counts)
+           counts: TripMap, loops: frozenset[Value] = frozenset()) -> None:
+    _count_ops(region.ops, mult, work, layout, counts, loops)
 
 
 def _count_ops(body: list[Op], mult: float, work: Work, layout: BlockLayout,
-               counts: TripMap) -> None:
+               counts: TripMap, loops: frozenset[Value] = frozenset()) -> None:
     for op in body:
         for r in op.results:
             if isinstance(r.type, TileType):
@@ -198,7 +247,11 @@ def _count_ops(body: list[Op], mult: float, work: Work, layout: BlockLayout,
             # A gather or scatter moves one element per position, not its whole view.
             moved = op.positions.type.shape if isinstance(op, (ops.Gather, ops.Scatter)) \
                 else tuple(e for e in op.shape if e is not None)
-            work.bytes_moved += mult * _elements(moved) * tensor.dtype.itemsize
+            moved_bytes = mult * _elements(moved) * tensor.dtype.itemsize
+            work.bytes_moved += moved_bytes
+            run = short_run(op, loops)
+            if run is not None:
+                work.short_runs[run] = work.short_runs.get(run, 0.0) + moved_bytes
         elif isinstance(op, ops.Mma):
             a, b, c = op.a.type, op.b.type, op.acc.type
             assert isinstance(a, TileType) and isinstance(b, TileType)
@@ -214,9 +267,11 @@ def _count_ops(body: list[Op], mult: float, work: Work, layout: BlockLayout,
             if key.startswith("tf32") and read & getattr(layout, "kstrided", set()):
                 key += KSTRIDED
             work.dot_flops[key] = work.dot_flops.get(key, 0.0) + mult * flops
+        inner_loops = loops | frozenset(op.coords) if isinstance(op, ops.RegionOp) \
+            and not isinstance(op, ops.Parallel) else loops
         for r in op.regions:
             inner = mult * (_trips(op, counts) if isinstance(op, ops.RegionOp) else 1)
-            _count(r, inner, work, layout, counts)
+            _count(r, inner, work, layout, counts, inner_loops)
 
 
 def count_work(fn: Function, plan: object) -> Work:

@@ -557,6 +557,8 @@ class CudaTargetInfo:
                 "dram_fraction": -1.0 if tiles else 1.0, **occ}
             for kind, flops in w.dot_flops.items():
                 entry[f"flops_{kind}"] = flops
+            for run, moved in w.short_runs.items():
+                entry[f"run{run}_bytes"] = moved
             entry["mmas"] = float(len(tiles))
             for j, t in enumerate(tiles):
                 entry[f"mma{j}_m"], entry[f"mma{j}_n"] = float(t.m), float(t.n)
