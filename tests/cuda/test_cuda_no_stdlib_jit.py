@@ -53,3 +53,27 @@ def test_goldens_have_no_standard_jit_calls() -> None:
     for path in files:
         text = "\n".join(line.split("#", 1)[0] for line in path.read_text().splitlines())
         assert not CALL.search(text), path.name
+
+
+def test_nan_values_are_bit_patterns_not_globals() -> None:
+    """A NaN fill or constant is written from its bit pattern: a NaN module global makes
+    Triton refuse the kernel's second compilation ("Global variable ... has changed since we
+    compiled this kernel": its check compares the globals with ==, and nan != nan; seen on
+    the H200 in tests/e2e/test_contract_suite.py::test_fill_values_are_exact)."""
+    import torch
+
+    import tilenest as tn
+
+    @tn.kernel
+    def padded(X, Y, *, B=8):
+        (n,) = Y.shape
+        b = tn.axis("b", B)
+        for p in tn.parallel(tn.cdiv(n, B)):
+            x = X.tile((p.index() * B,), (b,), fill=float("nan")).load()
+            Y.tile((p.index() * B,), (b,)).store(tn.where(x == x, x, float("nan")))
+
+    for dt in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        src = padded.compile(torch.zeros(5, dtype=dt), torch.zeros(5, dtype=dt),
+                             target="cuda").source
+        code = "\n".join(line.split("#")[0] for line in src.splitlines()[1:])
+        assert "bitcast=True" in code and 'float("nan")' not in code

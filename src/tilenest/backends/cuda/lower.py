@@ -36,7 +36,6 @@ import triton.language as tl
 {math_import}
 TN_INF = tl.constexpr(float("inf"))
 TN_NEG_INF = tl.constexpr(float("-inf"))
-TN_NAN = tl.constexpr(float("nan"))
 
 
 @triton.jit
@@ -56,8 +55,8 @@ def tn_mul(a, b):
 # make canonical. The realization depends on where the kernel runs (below).
 @triton.jit
 def tn_canonical_nan(x):
-    # From bit patterns, not TN_NAN: Triton checks that an inner jit function's globals are
-    # unchanged between compilations with ==, and nan != nan.
+    # From bit patterns, never a NaN global: Triton checks that a jit function's globals are
+    # unchanged between compilations with ==, and nan != nan (rules_tile.nan_expr).
     if x.dtype == tl.float64:
         return tl.full([], 0x7FF8000000000000, tl.int64).to(tl.float64, bitcast=True)
     elif x.dtype == tl.float32:

@@ -29,6 +29,19 @@ def negative_zero(dtype: DType, shape: str = "[]") -> str:
     return f"(tl.full({shape}, 0.0, {tl_dtype(dtype)}) * -1.0)"
 
 
+_NAN_BITS = {"f64": ("0x7FF8000000000000", "tl.int64"), "f32": ("0x7FC00000", "tl.int32"),
+             "f16": ("0x7E00", "tl.int16"), "bf16": ("0x7FC0", "tl.int16")}
+
+
+def nan_expr(dtype: DType, shape: str = "[]") -> str:
+    """The canonical quiet NaN of `dtype` from its bit pattern. Not a NaN global: Triton
+    checks that a kernel's globals are unchanged (==) when it compiles it again for another
+    specialization, and nan != nan (measured on the H200: "Global variable TN_NAN has
+    changed since we compiled this kernel")."""
+    bits, int_t = _NAN_BITS[dtype.name]
+    return f"tl.full({shape}, {bits}, {int_t}).to({tl_dtype(dtype)}, bitcast=True)"
+
+
 def literal(value: bool | int | float, dtype: DType) -> str:
     """A Python literal (or, for -0.0, an exact 0-d expression) of `value` that Triton
     types as `dtype`: usable as `other=` of a load and as a `tl.where` operand."""
@@ -41,7 +54,7 @@ def literal(value: bool | int | float, dtype: DType) -> str:
     if dtype.is_float:
         v = float(value)
         if math.isnan(v):
-            return "TN_NAN"
+            return nan_expr(dtype)
         if math.isinf(v):
             return "TN_INF" if v > 0 else "TN_NEG_INF"
         if is_negative_zero(v, dtype):
@@ -58,6 +71,8 @@ def full_expr(shape: str, value: bool | int | float, dtype: DType) -> str:
         return f8_literal(float(value), dtype, shape)
     if is_negative_zero(value, dtype):
         return negative_zero(dtype, shape)
+    if dtype.is_float and math.isnan(float(value)):
+        return nan_expr(dtype, shape)
     return f"tl.full({shape}, {literal(value, dtype)}, {tl_dtype(dtype)})"
 
 
