@@ -29,6 +29,7 @@ from tilenest.backends.cuda.lower import LoweredModule, lower_function
 from tilenest.backends.cuda.padding import PaddedBuffers, copied_operands
 from tilenest.backends.cuda.plan import CudaPlan
 from tilenest.backends.cuda.source_cache import load_source
+from tilenest.backends.cuda.staging import host_tensor
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
 from tilenest.ir.types import TensorType
@@ -73,7 +74,6 @@ def _build(fn: Function, plan: CudaPlan, assume_no_alias: bool, interpret: bool,
 
 
 def _as_tensor(x: Any, name: str, interpret: bool) -> Any:
-    import torch
 
     if isinstance(x, np.ndarray):
         if not interpret:
@@ -81,7 +81,7 @@ def _as_tensor(x: Any, name: str, interpret: bool) -> Any:
         if any(s < 0 for s in x.strides):
             raise ArgumentError(f"argument `{name}` has negative strides, which torch "
                                 f"tensors cannot view", loc=None)
-        return torch.from_numpy(x)
+        return host_tensor(x)
     if not is_torch_tensor(x):
         raise ArgumentError(f"argument `{name}` is not a torch tensor", loc=None)
     if interpret:

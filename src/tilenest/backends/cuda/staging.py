@@ -11,6 +11,31 @@ from typing import Any
 import numpy as np
 
 
+def host_tensor(x: np.ndarray) -> Any:
+    """A CPU torch tensor sharing `x`'s memory. numpy has no fp8: an fp8 array (an
+    `ml_dtypes` dtype) is viewed through its bytes as the torch fp8 dtype of the same bits."""
+    import torch
+
+    from tilenest.ir.dtypes import from_numpy
+
+    d = from_numpy(x.dtype)
+    if d is not None and d.is_fp8:
+        return torch.from_numpy(x.view(np.uint8)).view(getattr(torch, _TORCH_FP8[d.name]))
+    return torch.from_numpy(x)
+
+
+def host_array(t: Any, like: np.ndarray) -> np.ndarray:
+    """The numpy array of a CPU tensor `t` in `like`'s dtype (fp8 through its bytes)."""
+    import torch
+
+    if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return t.view(torch.uint8).numpy().view(like.dtype)
+    return t.numpy()
+
+
+_TORCH_FP8 = {"f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+
+
 def _root(x: np.ndarray) -> np.ndarray:
     while isinstance(x.base, np.ndarray):
         x = x.base
@@ -30,7 +55,7 @@ def _flat_root(x: Any) -> tuple[Any, int, tuple[int, ...]] | None:
         start = x.__array_interface__["data"][0] - root.__array_interface__["data"][0]
         if start % item or any(s % item for s in x.strides):
             return None
-        flat = torch.from_numpy(root).reshape(-1)
+        flat = host_tensor(root).reshape(-1)
         return flat, start // item, tuple(s // item for s in x.strides)
     storage = x.untyped_storage()
     flat = torch.empty(0, dtype=x.dtype)
@@ -51,7 +76,7 @@ def staged(tensors: list[Any], run: Callable[[list[Any]], None], device: Any) ->
             continue
         found = _flat_root(x)
         if found is None:  # an odd numpy view: a private copy, written back elementwise
-            dev = torch.from_numpy(np.ascontiguousarray(x)).to(device)
+            dev = host_tensor(np.ascontiguousarray(x)).to(device)
             private.append((x, dev))
             device_args.append(dev)
             continue
@@ -65,4 +90,4 @@ def staged(tensors: list[Any], run: Callable[[list[Any]], None], device: Any) ->
     for flat, dev_flat in buffers.values():
         flat.copy_(dev_flat.cpu())
     for x, dev in private:
-        x[...] = dev.cpu().numpy()
+        x[...] = host_array(dev.cpu(), x)
