@@ -8,6 +8,8 @@ combines and float max/min are exact in any order, so any realization meets both
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tilenest.ir import ops
 from tilenest.ir.core import Function
 
@@ -31,3 +33,16 @@ def programs(op: ops.Parallel) -> int:
             return 0
         n *= e
     return n
+
+
+def combine_lines(fn: Function, realization: Callable[[ops.Store], str]) -> list[str]:
+    """One `explain()` line per combining store of `fn`: where it is (its source line), the
+    tensor, the combine and contract, and how the backend realizes it (`realization`)."""
+    out = []
+    for op in combining_stores(fn):
+        where = f" at {op.loc}" + (f" (`{op.loc.line.strip()}`)" if op.loc.line.strip()
+                                  else "") if op.loc is not None else ""
+        tensor = next((p.name for p in fn.params if p.value is op.tensor), op.tensor.hint)
+        out.append(f"combining store{where}: {tensor} {op.combine}, "
+                   f"{op.contract or 'unordered'}: {realization(op)}")
+    return out

@@ -160,6 +160,22 @@ _UNSIGNED_RMW = {"add": "add", "max": "umax", "min": "umin"}
 _COMBINERS = {"add": "add", "max": "maximum", "min": "minimum"}
 
 
+def describe_combine(op: ops.Store) -> str:
+    """How this backend realizes a combining store (the `explain()` line of
+    `combine_lines`): the atomic `combine_element` emits, and for a deterministic float add
+    the plan that runs its programs in instance order on one thread."""
+    dtype = op.tensor_type.dtype
+    mem_t = sc.memory_type(dtype)
+    if isinstance(mem_t, ir.IntType) and mem_t == sc.reg_type(dtype):
+        op_name = (_SIGNED_RMW if dtype.is_signed else _UNSIGNED_RMW)[op.combine]
+        how = f"atomicrmw {op_name} (monotonic)"
+    else:
+        how = "a compare-and-swap loop on the element's bits (cmpxchg, monotonic)"
+    if op.needs_order:
+        return how + "; its programs run in instance order on one thread (the reference's bits)"
+    return how + ("" if op.order_free else ", in any order across threads")
+
+
 def combine_element(em: Emitter, dtype: DType, combine: str, addr: ir.Value,
                     new: ir.Value) -> None:
     """memory[addr] = combine(memory[addr], new), atomically (`new` a register value)."""

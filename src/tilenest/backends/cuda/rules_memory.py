@@ -136,6 +136,24 @@ _CAS_BITS = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64, "i16": 16, "u16": 16}
 _COMBINE_FN = {"add": "tn_add", "max": "tn_max", "min": "tn_min"}
 
 
+def describe_combine(op: ops.Store) -> str:
+    """How this backend realizes a combining store (the `explain()` line of `combine_lines`):
+    the phases of `combine_phases.py` for a deterministic float add, else the atomic that
+    `combine_into` emits."""
+    name = op.tensor_type.dtype.name
+    if op.needs_order:
+        return ("a workspace slot per contribution, added in instance order by a second "
+                "phase (the same bits every run)")
+    if name in _RMW_INT or (op.combine == "add" and name in _RMW_ADD_FLOAT):
+        how = f"{_ATOMIC_RMW[op.combine]} (relaxed)"
+    elif name in _CAS_BITS:
+        how = f"a compare-and-swap loop on the {_CAS_BITS[name]}-bit element (tl.atomic_cas)"
+    else:
+        return f"refused: Triton has no {name} atomics"
+    order_free = op.order_free
+    return how + ("" if order_free else ", in any order: the bits may differ between runs")
+
+
 def combine_into(em: Emitter, tensor: TensorType, combine: str, pointers: str,
                  mask: str | None, value: str, padded: tuple[int, ...], base: str,
                  loc: object = None) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
 
+from tilenest.analysis.combining import combine_lines
 from tilenest.analysis.resources import ExecutionResources, ResourceLimits
 from tilenest.analysis.work import ExecutionWork
 from tilenest.backends.cuda import bound
@@ -54,6 +55,7 @@ from tilenest.backends.cuda.resources import (
     registers_per_thread,
     smem_per_stage,
 )
+from tilenest.backends.cuda.rules_memory import describe_combine
 from tilenest.backends.cuda.splitk import split_phases, split_site
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir import ops
@@ -101,6 +103,7 @@ def explain(fn: Function, plan: CudaPlan, info: GpuInfo | None = None,
     if phases:
         lines.append("phases: " + ", ".join(f"{p.name} ({p.programs} programs)"
                                              for p in phases))
+    lines += combine_lines(fn, describe_combine)
     return "\n".join(lines)
 
 

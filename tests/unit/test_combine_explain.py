@@ -1,0 +1,65 @@
+"""`explain()` names how each combining store is realized (issue 14): one line per store, at
+its source line, with the tensor, combine and contract, on cpu and on cuda (planned for the
+static H200 description; nothing runs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilenest as tn
+
+torch = pytest.importorskip("torch")
+
+
+@tn.kernel
+def accumulate(X, S, H, M, *, B=8, CONTRACT="unordered"):
+    (n,) = X.shape
+    b = tn.axis("b", B)
+    for p in tn.parallel(tn.cdiv(n, B)):
+        x = X.tile((p.index() * B,), (b,)).load()
+        H.tile((0,), ()).store(tn.sum(x.astype(tn.i32)), combine="add")  # diag: count
+        M.tile((0,), ()).store(tn.max(x), combine="max")  # diag: max
+        # The last memory effect of the body: cuda's deterministic phases need that.
+        S.tile((0,), ()).store(tn.sum(x), combine="add", contract=CONTRACT)  # diag: sum
+
+
+def _lines(target: str, contract: str) -> list[str]:
+    args = (torch.zeros(37), torch.zeros(1), torch.zeros(1, dtype=torch.int32), torch.zeros(1))
+    text = accumulate.compile(*args, target=target, CONTRACT=contract).explain()
+    return [ln for ln in text.splitlines() if ln.startswith("combining store at ")]
+
+
+@pytest.mark.parametrize("contract", ["unordered", "deterministic"])
+def test_cuda_explain_names_the_atomic_or_the_workspace(contract: str) -> None:
+    h, m, s = _lines("cuda", contract)
+    assert f"{__file__}:" in s and "# diag: sum" in s and ": S add, " + contract in s
+    if contract == "unordered":
+        assert s.endswith("tl.atomic_add (relaxed), in any order: the bits may differ "
+                          "between runs")
+    else:
+        assert s.endswith("added in instance order by a second phase (the same bits every "
+                          "run)")
+    assert h.endswith("H add, unordered: tl.atomic_add (relaxed)")  # integers: exact
+    assert m.endswith("M max, unordered: a compare-and-swap loop on the 32-bit element "
+                      "(tl.atomic_cas)")
+
+
+@pytest.mark.parametrize("contract", ["unordered", "deterministic"])
+def test_cpu_explain_names_the_atomic_and_the_order(contract: str) -> None:
+    h, m, s = _lines("cpu", contract)
+    assert "cmpxchg" in s
+    assert s.endswith("in instance order on one thread (the reference's bits)") == (
+        contract == "deterministic")
+    assert h.endswith("H add, unordered: atomicrmw add (monotonic)")
+    assert "M max, unordered: a compare-and-swap loop" in m
+
+
+def test_no_line_without_combining_stores() -> None:
+    @tn.kernel
+    def plain(X, Y):
+        for p in tn.parallel(X.shape[0]):
+            Y.tile((p.index(),), ()).store(X.tile((p.index(),), ()).load())
+
+    x = np.ones(4, np.float32)
+    assert "combining store" not in plain.compile(x, x.copy(), target="cpu").explain()
