@@ -63,3 +63,25 @@ def test_no_line_without_combining_stores() -> None:
 
     x = np.ones(4, np.float32)
     assert "combining store" not in plain.compile(x, x.copy(), target="cpu").explain()
+
+
+@tn.kernel
+def _store_into(Y, *, COMBINE=None, B=64):
+    (n,) = Y.shape
+    b = tn.axis("b", B)
+    for p in tn.parallel(tn.cdiv(n, B)):
+        t = tn.full((b,), 1.0, tn.f32)
+        if COMBINE is None:
+            Y.tile((p.index() * B,), (b,)).store(t)
+        else:
+            Y.tile((p.index() * B,), (b,)).store(t, combine=COMBINE)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_a_combining_store_costs_more_than_a_plain_store(target: str) -> None:
+    """Both cost models price the read of the old elements (and, on cpu, one scalar atomic
+    per element): the same store costs more with `combine=` than without."""
+    y = torch.zeros(1 << 16)
+    plain = _store_into.compile(y, target=target).planning.selected.cost.total
+    combined = _store_into.compile(y, target=target, COMBINE="add").planning.selected.cost.total
+    assert combined > plain

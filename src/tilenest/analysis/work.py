@@ -249,6 +249,12 @@ def _walk(body: list[Op], rep: float, c: _Counter, slopes: _Slopes, inner_axis: 
             slope, inner_stride = _region_access(op, tensor, slopes, inner_axis)
             c.access(region, slope, inner_stride, rep, tensor.dtype.itemsize,
                      _whole_rows(region, tensor))
+            if isinstance(op, ops.Store) and op.combine is not None:
+                # A read-modify-write: the old elements are read too, and every element is
+                # one scalar atomic (or compare-and-swap) operation.
+                c.access(region, slope, inner_stride, rep, tensor.dtype.itemsize,
+                         _whole_rows(region, tensor))
+                c.indexed += rep * t.size
             if isinstance(op, ops.Load):
                 c.snap += c.vec(t.shape) * rep
                 c.tile_bytes += t.size * t.dtype.itemsize

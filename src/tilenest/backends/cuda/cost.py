@@ -4,7 +4,8 @@ Per phase (root `parallel`; a split-K plan adds its combine phase), with the qua
 `CudaTargetInfo.schedule` computes: `programs` (the real grid), `resident` programs per SM
 (from shared memory, threads and the register estimate, or Triton's compiled metadata),
 `trips` of the longest loop that loads (a loop with a dynamic extent at its expected
-trips, `analysis.trips`, and its bytes and flops likewise), `stages`, logical `bytes`,
+trips, `analysis.trips`, and its bytes and flops likewise), `stages`, logical `bytes`
+(a combining store's elements twice: an atomic reads the old value and writes the new),
 `dram_fraction` (the DRAM share of one wave's operand traffic under the grouped traversal),
 dot flops by operand kind, and the padded (m, n) of each `mma` with its flop share:
 
