@@ -10,7 +10,10 @@ out of range). Exact cases (integers with wrap-around, max/min with NaN and -0.0
 of multiples of 1/8) are compared bit for bit with a numpy oracle in the tensor's dtype;
 unordered float adds of spread values with the float64 oracle within a rounding bound;
 deterministic float adds are the reference's order bit for bit on cpu, and fail closed on
-cuda. The race detector accepts same-combine scatters and names mixed conflicts.
+cuda. Narrow integers follow the combining stores (cuda has no i8 atomics: a BackendError).
+cpu packs programs into lanes: each contributes once, also when all coincide (a combining
+store regression as well). The race detector accepts same-combine scatters (and stores)
+and names mixed conflicts.
 """
 
 from __future__ import annotations
@@ -206,6 +209,24 @@ def test_integer_histogram_is_exact_under_both_contracts(target: str, contract: 
     got = run_on(target, histogram, bufs, contract=contract)
     assert_same(got, _want(bufs, 2, _histogram_oracle(h0, idx, w)), bufs,
                 f"{target}: i32 histogram {contract} (seed {seed})")
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint16], ids=["i8", "u16"])
+def test_narrow_integer_histogram_wraps(target: str, dtype: Any) -> None:
+    """Narrow integers follow the combining stores: exact with wrap-around where the backend
+    has atomics of the width (cpu; cuda for 16 bits, by compare-and-swap), a BackendError
+    naming the dtype where it has none (cuda i8)."""
+    rng, seed = fresh_rng()
+    idx, w, h0 = _bins(rng), _values(rng, (K,), dtype), _values(rng, (BINS,), dtype)
+    bufs = _histogram_buffers(idx, w, h0)
+    if target == "cuda" and dtype is np.int8:
+        with pytest.raises(TileError, match="no i8 atomics") as info:
+            run_on(target, histogram, bufs)
+        assert "Hist.scatter(" in str(info.value)
+        return
+    got = run_on(target, histogram, bufs)
+    assert_same(got, _want(bufs, 2, _histogram_oracle(h0, idx, w)), bufs,
+                f"{target}: {np.dtype(dtype).name} histogram (seed {seed})")
 
 
 def test_unordered_float_add_within_rounding(target: str) -> None:
