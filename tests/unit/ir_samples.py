@@ -276,6 +276,33 @@ def vector_gather() -> Function:
     return f.build()
 
 
+def combining_scatter() -> Function:
+    """Combining scatters: an i32 histogram (weighted by the positions) under both
+    contracts (the same for integers) and a deterministic f32 row max, next to a combining
+    store of the same combine."""
+    f = FnBuilder("combining_scatter")
+    ids = f.tensor("I", i32, (4, 8))
+    x = f.tensor("X", f32, (4, 8))
+    h = f.tensor("H", i32, (16,))
+    y = f.tensor("Y", f32, (4, 10))
+    r, k = f.dim("r"), f.dim("k")
+    with f.nest("parallel", ((r, 4),)) as (_, (i,)):
+        zero = f.index(0)
+        pos = f.val("load", (ids, i, zero), tile(i32, (k, 8)), shape=(None, 8), fill=-1)
+        xs = f.val("load", (x, i, zero), tile(f32, (k, 8)), shape=(None, 8), fill=0.0)
+        for contract in ("unordered", "deterministic"):
+            f.op("scatter", (h, zero, pos, pos), attrs={"shape": (16,), "axis": 0,
+                                                         "combine": "add",
+                                                         "contract": contract})
+        f.op("scatter", (y, i, zero, pos, xs), attrs={"shape": (None, 10), "axis": 1,
+                                                      "combine": "max",
+                                                      "contract": "deterministic"})
+        f.op("store", (y, i, zero, xs), attrs={"shape": (None, 8), "combine": "max",
+                                               "contract": "unordered"})
+        f.yield_()
+    return f.build()
+
+
 SAMPLES: dict[str, Callable[[], Function]] = {
     "gemm": gemm,
     "elementwise": elementwise,
@@ -285,11 +312,12 @@ SAMPLES: dict[str, Callable[[], Function]] = {
     "empty": empty,
     "data_dependent": data_dependent,
     "vector_gather": vector_gather,
+    "combining_scatter": combining_scatter,
 }
 """Functions that verify; `attrs_zoo` is the exception (its attrs are not index.const's)."""
 
 VALID_SAMPLES = ("gemm", "elementwise", "folds", "locs", "empty", "data_dependent",
-                 "vector_gather")
+                 "vector_gather", "combining_scatter")
 
 __all__ = ["FnBuilder", "SAMPLES", "VALID_SAMPLES", "bool_", "f16", "f32", "i32", "i64",
            "scalar", "tile"]

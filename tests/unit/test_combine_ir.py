@@ -1,7 +1,8 @@
 """Combining stores in TileIR and at capture (`view.store(t, combine=..., contract=...)`):
 the attributes and their text round trip, the definition checks as a table of valid and
 invalid stores, the order facts (`order_free`, `needs_order`), capture diagnostics at the
-user's line, and the analysis the cuda workspace realization admits or refuses.
+user's line, and the analysis the cuda workspace realization admits or refuses. The same for
+combining scatters (`view.scatter(idx, t, axis=a, combine=..., contract=...)`).
 """
 
 from __future__ import annotations
@@ -181,3 +182,77 @@ def test_workspace_site_refusals() -> None:
     assert "disjoint" in _site(overlapping, x, y)
     assert "top level" in _site(in_loop, x, y)
     assert "affine" in _site(gathered, x, np.zeros(3, np.int32), y)
+
+
+# ---------------------------------------------------------------------------- scatters
+
+
+@tn.kernel
+def histogram(I, H, *, B=4, combine="add", contract="unordered"):
+    g, b = tn.axis("g", tn.cdiv(I.shape[0], B)), tn.axis("b", B)
+    for nest in tn.parallel(g):
+        idx = I.tile((nest.index(g) * B,), (b,), fill=-1).load()
+        H.scatter(idx, 1, axis=0, combine=combine, contract=contract)
+
+
+def _scatter_ir(dtype=np.float32, **consts) -> Function:
+    return histogram.ir(np.zeros(10, np.int32), np.ones(4, dtype), **consts)
+
+
+def _scatter(fn: Function) -> ops.Scatter:
+    return next(op for op in fn.walk() if isinstance(op, ops.Scatter))
+
+
+@pytest.mark.parametrize("combine", ["add", "max", "min"])
+def test_scatter_attributes_print_parse_and_verify(combine: str) -> None:
+    fn = _scatter_ir(combine=combine, contract="deterministic")
+    text = print_function(fn)
+    assert f'axis = 0, combine = "{combine}", contract = "deterministic"' in text
+    parsed = parse_function(text)
+    verify(parsed)
+    assert print_function(parsed) == text
+    assert (_scatter(parsed).combine, _scatter(parsed).contract) == (combine, "deterministic")
+
+
+def test_scatter_combine_alone_is_unordered_and_plain_has_no_attributes() -> None:
+    assert _scatter(_scatter_ir()).contract == "unordered"
+
+    @tn.kernel
+    def plain(I, H):
+        for _ in tn.parallel(1):
+            H.scatter(I.tile((0,), (4,)).load(), 1, axis=0)
+
+    s = _scatter(plain.ir(np.zeros(4, np.int32), np.ones(4, np.float32)))
+    assert s.combine is None and "combine" not in s.attrs and "contract" not in s.attrs
+    assert s.order_free and not s.needs_order
+
+
+@pytest.mark.parametrize(("dtype", "combine", "contract", "order_free", "needs_order"), [
+    (np.float32, "add", "unordered", False, False),
+    (np.float32, "add", "deterministic", False, True),
+    (np.float64, "max", "deterministic", True, False),
+    (np.int32, "add", "deterministic", True, False),
+])
+def test_scatter_order_facts(dtype, combine: str, contract: str, order_free: bool,
+                             needs_order: bool) -> None:
+    s = _scatter(_scatter_ir(dtype, combine=combine, contract=contract))
+    assert (s.order_free, s.needs_order) == (order_free, needs_order)
+
+
+@pytest.mark.parametrize(("consts", "error", "match"), [
+    ({"combine": "mul"}, CaptureError, "combine must be one of"),
+    ({"contract": "sorted"}, CaptureError, "contract must be one of"),
+    ({"combine": None, "contract": "deterministic"}, CaptureError,
+     "needs a combining store or scatter"),
+])
+def test_scatter_capture_diagnostics_point_at_the_scatter(consts, error, match: str) -> None:
+    with pytest.raises(error, match=match) as info:
+        _scatter_ir(**consts)
+    assert info.value.loc is not None and info.value.loc.filename == THIS_FILE
+    assert "H.scatter(idx, 1" in info.value.loc.line
+    assert "H.scatter" in str(info.value)
+
+
+def test_scatter_capture_refuses_bool_tensors() -> None:
+    with pytest.raises(DTypeError, match="H.scatter: combine='add' into a bool tensor"):
+        _scatter_ir(bool)

@@ -283,10 +283,12 @@ def store_shape_mismatch() -> Function:
 
 def _indexed(name: str, positions: Callable[[Dim, Dim, Dim], TileType],
              other: Callable[[Dim, Dim, Dim, Value], TileType | Value] | None = None, *,
-             shape: tuple = (8, 16), axis: int = 1, origins: int = 2) -> Function:
+             shape: tuple = (8, 16), axis: int = 1, origins: int = 2,
+             combining: dict | None = None) -> Function:
     """A gather (or scatter) on X (8, 16) at origin (0, 0): positions of the type
     `positions(m, n, k)` (m: 8, n: 16 are X's tile dims, k a third dim); `other` gives the
-    gather's result type or the scattered value (a type: a `full` of it; or a value)."""
+    gather's result type or the scattered value (a type: a `full` of it; or a value);
+    `combining`: a scatter's combine/contract attributes."""
     f, m, n, x, t = base()
     k = f.dim("k")
     zero = f.index(0)
@@ -298,7 +300,8 @@ def _indexed(name: str, positions: Callable[[Dim, Dim, Dim], TileType],
         f.val("gather", head, made, shape=shape, axis=axis, fill=0.0)
     else:
         value = f.full(0.0, made) if isinstance(made, TileType) else made
-        f.op("scatter", (*head, value), attrs={"shape": shape, "axis": axis})
+        f.op("scatter", (*head, value), attrs={"shape": shape, "axis": axis,
+                                               **(combining or {})})
     return f.build()
 
 
@@ -334,6 +337,30 @@ invalid_case("scatter_positions_other_extent", lambda: _indexed(
     "'scatter'", "positions of shape (n, 16) (n along axis 0)")
 invalid_case("scatter_missing_origin", lambda: _indexed("scatter", lambda m, n, k: tile(
     i32, (m, 8), (k, 3)), origins=1), "'scatter'", "expected 5 operands, got 4")
+invalid_case("scatter_contract_without_combine", lambda: _indexed(
+    "scatter", lambda m, n, k: tile(i32, (m, 8), (k, 3)),
+    combining={"contract": "deterministic"}), "'scatter'", "'contract' only with 'combine'",
+    "contract 'deterministic' on a plain scatter")
+invalid_case("scatter_unknown_combine", lambda: _indexed(
+    "scatter", lambda m, n, k: tile(i32, (m, 8), (k, 3)),
+    combining={"combine": "mul", "contract": "unordered"}), "'scatter'",
+    "one of ('add', 'max', 'min')")
+invalid_case("scatter_unknown_contract", lambda: _indexed(
+    "scatter", lambda m, n, k: tile(i32, (m, 8), (k, 3)),
+    combining={"combine": "add", "contract": "sorted"}), "'scatter'",
+    "one of ('unordered', 'deterministic')")
+
+
+@invalid("'scatter'", "a combining scatter into an integer or float tensor",
+         "combine 'max' into bool")
+def scatter_combine_into_bool() -> Function:
+    f = FnBuilder()
+    k = f.dim("k")
+    flags = f.tensor("B", bool_, (8,))
+    pos = f.full(0, tile(i32, (k, 4)))
+    f.op("scatter", (flags, f.index(0), pos, f.full(True, tile(bool_, (k, 4)))),
+         attrs={"shape": (8,), "axis": 0, "combine": "max", "contract": "unordered"})
+    return f.build()
 
 
 @invalid("'gather'", "a function param as operand 0")

@@ -1,9 +1,11 @@
-"""Combining stores of a function: where they are and which need an ordered realization.
+"""Combining writes of a function: where they are and which need an ordered realization.
 
-A combining store (`store(t, combine=...)`) whose bits depend on the order of the
-contributions (a float "add") under the "deterministic" contract constrains the plan: the
-programs of its root `parallel` must meet at each element in instance order. Integer
-combines and float max/min are exact in any order, so any realization meets both contracts.
+A combining store (`store(t, combine=...)`) or combining scatter (`scatter(i, t, axis=a,
+combine=...)`) whose bits depend on the order of the contributions (a float "add") under
+the "deterministic" contract constrains the plan: the programs of its root `parallel` must
+meet at each element in instance order (and a scatter's colliding elements in row-major
+order within a program). Integer combines and float max/min are exact in any order, so any
+realization meets both contracts.
 """
 
 from __future__ import annotations
@@ -11,18 +13,29 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tilenest.ir import ops
-from tilenest.ir.core import Function
+from tilenest.ir.core import Function, Op
 
 
-def combining_stores(fn: Function) -> list[ops.Store]:
-    """Every combining store of `fn`, in program order."""
-    return [op for op in fn.walk() if isinstance(op, ops.Store) and op.combine is not None]
+def is_combining(op: Op) -> bool:
+    """Whether `op` is a combining store or scatter."""
+    return isinstance(op, ops.Combining) and op.combine is not None
 
 
-def ordered_combines(op: ops.Parallel) -> list[ops.Store]:
-    """The combining stores inside the parallel `op` that need instance order
+def needs_order(op: Op) -> bool:
+    """Whether `op` is a combining store or scatter that needs instance order (a
+    deterministic float add)."""
+    return isinstance(op, ops.Combining) and op.needs_order
+
+
+def combining_writes(fn: Function) -> list[ops.Combining]:
+    """Every combining store and scatter of `fn`, in program order."""
+    return [op for op in fn.walk() if is_combining(op)]  # type: ignore[misc]
+
+
+def ordered_combines(op: ops.Parallel) -> list[ops.Combining]:
+    """The combining stores and scatters inside the parallel `op` that need instance order
     (deterministic float adds)."""
-    return [s for s in op.body.walk() if isinstance(s, ops.Store) and s.needs_order]
+    return [s for s in op.body.walk() if needs_order(s)]  # type: ignore[misc]
 
 
 def programs(op: ops.Parallel) -> int:

@@ -44,6 +44,7 @@ from tilenest.ir.ops_structure import (  # noqa: F401 - the memory and region op
     READ_OPS,
     REDUCE_ORDERS,
     WRITE_OPS,
+    Combining,
     Gather,
     Load,
     Map,

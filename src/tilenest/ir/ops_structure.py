@@ -83,22 +83,21 @@ class Load(Memory):
 
 
 COMBINES = ("add", "max", "min")
-"""The combines of a combining store: `old + new`, IEEE maximum, IEEE minimum."""
+"""The combines of a combining store or scatter: `old + new`, IEEE maximum, IEEE minimum."""
 CONTRACTS = ("unordered", "deterministic")
-"""The ordering contracts of a combining store (see `Store`)."""
+"""The ordering contracts of a combining store or scatter (see `Combining`)."""
 
 
-class Store(Memory):
-    """A store; with `combine`, a combining store (an accumulation as an explicit effect).
+class Combining(Memory):
+    """The `combine`/`contract` attributes of a write (a store or a scatter) and their
+    order facts: with `combine`, each written element `old` becomes `combine(old, new)`.
 
-    A plain store writes each in-bounds element of the region. A combining store replaces
-    each in-bounds element `old` by `combine(old, new)`: "add" is `old + new` rounded to the
-    tensor's dtype (integers wrap), "max"/"min" are `tn.maximum`/`tn.minimum` (on floats
-    IEEE 754-2019 maximum/minimum: a NaN operand gives the canonical quiet NaN, and
-    -0.0 < +0.0). Within one instance stores stay in program order. Combining stores of one
-    combine by different `parallel` instances to the same element are legal: they meet in
-    some order of the contributions (the reference's race detector accepts them, but flags
-    a plain store, a load, or a combining store of another combine meeting them).
+    "add" is `old + new` rounded to the tensor's dtype (integers wrap), "max"/"min" are
+    `tn.maximum`/`tn.minimum` (on floats IEEE 754-2019 maximum/minimum: a NaN operand gives
+    the canonical quiet NaN, and -0.0 < +0.0). Combining writes of one combine by different
+    `parallel` instances to the same element are legal: they meet in some order of the
+    contributions (the reference's race detector accepts them, but flags a plain write, a
+    read, or a combining write of another combine meeting them).
 
     `contract` fixes which orders are allowed: "unordered" (the default) any order, so a
     float "add" is not bitwise reproducible where the realization is atomic; "deterministic"
@@ -107,29 +106,51 @@ class Store(Memory):
     order (bit for bit), so for them both contracts are the same."""
 
     __slots__ = ()
-    NAME = "store"
-    SUMMARY = ("write a tile into a tensor region (in-bounds elements), or combine it into "
-               "the elements there ('combine')")
-    RESULTS = ()
-    indices = Operand(INDEX, variadic=True)
-    value = Operand(TILE)
     combine = Attr(one_of(*COMBINES), optional=True,
                    doc="combine(old, new) per element instead of a plain write")
     contract = Attr(one_of(*CONTRACTS), optional=True,
-                    doc="the order contract of a combining store (default unordered)")
+                    doc="the order contract of a combining write (default unordered)")
 
     @property
     def order_free(self) -> bool:
         """Whether the final bits cannot depend on the order of the contributions: a plain
-        store, an integer combine, or a float max/min (exact and commutative)."""
+        write, an integer combine, or a float max/min (exact and commutative)."""
         if self.combine != "add":
             return True
         return not self.tensor.type.dtype.is_float
 
     @property
     def needs_order(self) -> bool:
-        """A deterministic combining store whose bits depend on the order (a float add)."""
+        """A deterministic combining write whose bits depend on the order (a float add)."""
         return self.contract == "deterministic" and not self.order_free
+
+    def _verify_combine(self) -> None:
+        tensor = self.tensor.type
+        if self.combine is None:
+            if self.contract is not None:
+                raise VerifyError(self, "'contract' only with 'combine'",
+                                  f"contract {self.contract!r} on a plain {self.name}")
+            return
+        if tensor.dtype.is_bool:
+            raise VerifyError(self, f"a combining {self.name} into an integer or float tensor",
+                              f"combine {self.combine!r} into {tensor.dtype}")
+
+
+class Store(Combining):
+    """A store; with `combine`, a combining store (an accumulation as an explicit effect).
+
+    A plain store writes each in-bounds element of the region. A combining store replaces
+    each in-bounds element `old` by `combine(old, new)` (see `Combining` for the combines,
+    the legal meetings of `parallel` instances and the contracts). Within one instance
+    stores stay in program order."""
+
+    __slots__ = ()
+    NAME = "store"
+    SUMMARY = ("write a tile into a tensor region (in-bounds elements), or combine it into "
+               "the elements there ('combine')")
+    RESULTS = ()
+    indices = Operand(INDEX, variadic=True)
+    value = Operand(TILE)
 
     def verify_op(self) -> None:
         tensor = self.tensor.type
@@ -141,14 +162,7 @@ class Store(Memory):
             raise VerifyError(self, f"a stored tile of shape {kept}", str(t))
         if t.dtype != tensor.dtype:
             raise VerifyError(self, f"a stored tile of type {tensor.dtype}", str(t.dtype))
-        if self.combine is None:
-            if self.contract is not None:
-                raise VerifyError(self, "'contract' only with 'combine'",
-                                  f"contract {self.contract!r} on a plain store")
-            return
-        if tensor.dtype.is_bool:
-            raise VerifyError(self, "a combining store into an integer or float tensor",
-                              f"combine {self.combine!r} into {tensor.dtype}")
+        self._verify_combine()
 
 
 class _AlongAxis(Memory):
@@ -163,6 +177,7 @@ class _AlongAxis(Memory):
     A gather is a load (a snapshot at its definition); a scatter is a store in program
     order, and of its colliding elements the last in row-major order wins; two `parallel`
     instances writing one element race (the reference's `check_races` names the element).
+    A combining scatter (`Scatter.combine`) combines every colliding element instead.
 
     Realizations: the reference indexes numpy arrays with the in-range coordinates (a
     scatter keeps the last of each colliding group explicitly). cpu computes each element's
@@ -219,12 +234,29 @@ class Gather(_AlongAxis):
             raise VerifyError(self, f"tile<{tensor.dtype}> with the positions' dims", str(r))
 
 
-class Scatter(_AlongAxis):
+class Scatter(Combining, _AlongAxis):
+    """A scatter; with `combine`, a combining scatter (`Combining`): each in-range element p
+    of `positions` replaces the element `old` it addresses by `combine(old, value[p])`.
+
+    Colliding elements of one combining scatter all combine (none is lost), in row-major
+    element order in the reference, which matters only for the bits of a float "add" (an
+    "unordered" one may meet in any order; a "deterministic" one in row-major order within
+    an instance and instance order across instances, as the reference's forward order).
+    Out-of-range elements combine nothing. Realizations: the reference reads, combines and
+    writes in rounds of distinct elements (the k-th of each colliding group in round k);
+    cpu combines element by element with the combining store's atomics (`atomicrmw`, or a
+    compare-and-swap loop for floats, NaN and -0.0 exact); cuda with `tl.atomic_*` or a
+    compare-and-swap loop on the masked pointer block (colliding lanes of one atomic
+    instruction each apply). A deterministic float add needs its instances in order: cpu
+    runs them on one thread in instance order; cuda has no realization (data-dependent
+    positions are never provably disjoint) and fails closed."""
+
     __slots__ = ()
     NAME = "scatter"
     SUMMARY = ("write a tile into a region view at per-element positions along one axis, in "
-               "row-major element order (the last of colliding elements wins); out of range "
-               "writes nothing")
+               "row-major element order (the last of colliding elements wins), or combine it "
+               "into the elements there ('combine': colliding elements all combine); out of "
+               "range writes nothing")
     RESULTS = ()
     indices = Operand(INDEX, variadic=True, doc="the view's origin, one per tensor axis")
     positions = Operand(TILE, doc="integer positions along 'axis', relative to the origin")
@@ -241,6 +273,7 @@ class Scatter(_AlongAxis):
                               f"{t} vs {p}")
         if t.dtype != tensor.dtype:
             raise VerifyError(self, f"a scattered tile of type {tensor.dtype}", str(t.dtype))
+        self._verify_combine()
 
 
 READ_OPS: tuple[type[Memory], ...] = (Load, Gather)

@@ -112,10 +112,12 @@ class TensorView:
         """`X.gather(idx, axis=a)`: the whole tensor as a view (see `ViewRegion.gather`)."""
         return self.tile((0,) * self.ndim, self.shape, fill).gather(idx, axis=axis)
 
-    def scatter(self, idx: Any, value: Any, *, axis: Any) -> None:
+    def scatter(self, idx: Any, value: Any, *, axis: Any, combine: str | None = None,
+                contract: str | None = None) -> None:
         """`Y.scatter(idx, t, axis=a)`: the whole tensor as a view (see
-        `ViewRegion.scatter`)."""
-        self.tile((0,) * self.ndim, self.shape).scatter(idx, value, axis=axis)
+        `ViewRegion.scatter`; `combine=` makes it a combining scatter)."""
+        self.tile((0,) * self.ndim, self.shape).scatter(idx, value, axis=axis, combine=combine,
+                                                        contract=contract)
 
     def __getitem__(self, key: Any) -> Tile:
         origin, shape = _split_key(self, key)
@@ -132,11 +134,11 @@ CONTRACTS = ("unordered", "deterministic")
 
 def _combine_attrs(view: TensorView, combine: Any, contract: Any, what: str
                    ) -> dict[str, str]:
-    """The `combine`/`contract` attributes of a store (none for a plain store)."""
+    """The `combine`/`contract` attributes of a store or scatter (none for a plain one)."""
     if combine is None:
         if contract is not None:
-            raise CaptureError(f"{what}: contract={contract!r} needs a combining store "
-                               f"(combine=\"add\", \"max\" or \"min\")")
+            raise CaptureError(f"{what}: contract={contract!r} needs a combining store or "
+                               f"scatter (combine=\"add\", \"max\" or \"min\")")
         return {}
     if combine not in COMBINES:
         raise CaptureError(f"{what}: combine must be one of {COMBINES}, got {combine!r}")
@@ -145,7 +147,7 @@ def _combine_attrs(view: TensorView, combine: Any, contract: Any, what: str
         raise CaptureError(f"{what}: contract must be one of {CONTRACTS}, got {contract!r}")
     if view.dtype.is_bool:
         raise DTypeError(f"{what}: combine={combine!r} into a bool tensor; combining stores "
-                         f"take integer or float tensors")
+                         f"and scatters take integer or float tensors")
     return {"combine": combine, "contract": contract}
 
 
@@ -288,20 +290,36 @@ class ViewRegion:
         attrs = self._attrs() | {"axis": tensor_axis, "fill": value}
         return Tile(emit("gather", (*self._operands(), positions.value), (rt,), attrs).result)
 
-    def scatter(self, idx: Any, value: Any, *, axis: Any) -> None:
+    def scatter(self, idx: Any, value: Any, *, axis: Any, combine: str | None = None,
+                contract: str | None = None) -> None:
         """Write `value` into this view at `idx` along `axis` (numpy's put_along_axis): for
         every element p of `idx`, in row-major order, the view's element at p with its
         coordinate along `axis` replaced by idx[p] becomes value[p]; `value` (a Tile or
         scalar) broadcasts to the dims of `idx` by identity. Positions as for `gather`; an
         out-of-range element is not written (never clamped). Colliding positions of one
         scatter store in row-major element order, so the last one wins on every backend;
-        the same element written by two `parallel` instances is a race (DESIGN §4.1, 4.3)."""
+        the same element written by two `parallel` instances is a race (DESIGN §4.1, 4.3).
+
+        With `combine` ("add", "max" or "min") it is a combining scatter (numpy's
+        `np.add.at`, `np.maximum.at`, `np.minimum.at` on the view): each in-range element
+        `old` at position p becomes `combine(old, value[p])`, "add" rounded to the tensor's
+        dtype (integers wrap), "max"/"min" as `tn.maximum`/`tn.minimum` (a NaN gives the
+        canonical NaN, -0.0 < +0.0). Colliding positions all combine, inside one instance
+        (in row-major element order) and across `parallel` instances (combining scatters and
+        stores of one combine are not races; a plain write, a read or another combine meeting
+        them is). `contract` is "unordered" (the default; a float "add" need not be bitwise
+        reproducible) or "deterministic" (the reference's order: row-major within an
+        instance, instances in order); integer combines and float max/min are exact in any
+        order, so for them both contracts are the same. A deterministic float add runs its
+        instances on one thread on cpu and has no cuda realization (a BackendError: the
+        positions are data, never provably disjoint)."""
         what = f"{self.view.name}.scatter"
+        combining = _combine_attrs(self.view, combine, contract, what)
         tensor_axis, positions = self._positions(idx, axis, what)
         tile = self._stored(value, "scattering")
         lay = Layout(positions.dims, positions.shape)
         tile = broadcast_to(tile, lay, align_to_region(tile.type, lay, what))
-        attrs = self._attrs() | {"axis": tensor_axis}
+        attrs = self._attrs() | {"axis": tensor_axis} | combining
         emit("scatter", (*self._operands(), positions.value, tile.value), (), attrs)
 
     def _view_axis(self, axis: Any, idx: Tile, what: str) -> int:

@@ -114,20 +114,20 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
 
 
 def _validate_combining(plan: CpuPlan, fn: Function, lanes: int) -> None:
-    """Combining stores: a deterministic float add needs its programs run on one thread in
-    instance order (identity root-axis order, row-major traversal, one program per packet,
-    one task or one thread)."""
-    from tilenest.analysis.combining import combining_stores, ordered_combines, programs
+    """Combining stores and scatters: a deterministic float add needs its programs run on
+    one thread in instance order (identity root-axis order, row-major traversal, one
+    program per packet, one task or one thread)."""
+    from tilenest.analysis.combining import combining_writes, ordered_combines, programs
 
-    if not combining_stores(fn):
+    if not combining_writes(fn):
         return
     for op in root_parallels(fn):
         n = programs(op)
         ordered = ordered_combines(op)
         if not ordered:
             continue
-        why = (f"the deterministic combining store at {ordered[0].loc} (a float add) runs "
-               "its programs in instance order on one thread")
+        why = (f"the deterministic combining {ordered[0].name} at {ordered[0].loc} (a float "
+               "add) runs its programs in instance order on one thread")
         order = plan.root_axis_order
         if order is not None and list(order) != list(range(len(op.domain))):
             raise _fail("root_axis_order", f"{why}: the identity order, not {order}")

@@ -8,6 +8,15 @@ when out of range) and selects the fill, a branch-free loop LLVM may vectorize i
 hardware gathers; a scatter stores under a branch. Elements are visited in row-major order
 (a packet's programs innermost), and a store is never reordered with another store that may
 write the same address, so of colliding elements of one scatter the last one wins.
+
+A combining scatter (`combine=`) combines each in-range element into memory with the
+combining store's atomics (`rules_memory.combine_element`: `atomicrmw` for integers of
+register width, a compare-and-swap loop otherwise, NaN and -0.0 exact), program by program
+(a packet's lanes one after the other, the repeats of the last program past the launch
+skipped) and in row-major order within a program. Colliding elements of one program are
+separate read-modify-writes, so all of them combine; a deterministic float add gets its
+instance order from the plan (one thread, one program per packet: `CpuPlan` validation),
+which makes it bitwise the reference's order.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from tilenest.backends.cpu import scalars as sc
 from tilenest.backends.cpu.emitter import Emitter, c64
 from tilenest.backends.cpu.reprs import Arr, Tile
 from tilenest.backends.cpu.rules import lowering
+from tilenest.backends.cpu.rules_memory import combine_element, real_lane
 from tilenest.ir import ops
 from tilenest.ir.dtypes import i64
 from tilenest.ir.types import TensorType, TileType
@@ -88,6 +98,9 @@ def _scatter(em: Emitter, op: ops.Scatter) -> None:
     if elements.empty:
         return
     value: Tile = em.tile(op.value)
+    if op.combine is not None:
+        _combining_scatter(em, op, elements, value)
+        return
     dtype = elements.tensor.dtype
     shape = op.positions.type.shape
     b = em.b
@@ -99,3 +112,30 @@ def _scatter(em: Emitter, op: ops.Scatter) -> None:
             b.store(sc.to_memory(b, dtype, v), elements.pointer(offset))
 
     em.for_each(shape, elements.uniform and value.uniform, one)
+
+
+def _combining_scatter(em: Emitter, op: ops.Scatter, elements: _Elements, value: Tile
+                       ) -> None:
+    """Every packed program combines its in-range elements (also where all of them name
+    the same elements: uniform positions and values), each program once."""
+    dtype = elements.tensor.dtype
+    shape = op.positions.type.shape
+    b = em.b
+
+    def program(lane: ir.Value | None) -> None:
+        def one(coords: list[ir.Value], _: ir.Value | None) -> None:
+            ok, offset = elements.address(coords, lane)
+            with b.if_then(ok, likely=True):
+                combine_element(em, dtype, op.combine, elements.pointer(offset),
+                                value.load(b, coords, lane))
+
+        if lane is None:
+            em.for_each(shape, True, one)
+            return
+        with b.if_then(real_lane(em, op, lane), likely=True):  # a repeat combines nothing
+            em.for_each(shape, True, one)
+
+    if em.lanes == 1:
+        program(None)
+    else:
+        em.for_range(em.lanes, program, unroll=False, name="lane")

@@ -205,7 +205,7 @@ def combine_element(em: Emitter, dtype: DType, combine: str, addr: ir.Value,
     b.position_at_end(done)
 
 
-def _root_parallel(op: ops.Store) -> ops.Parallel | None:
+def _root_parallel(op: ops.Memory) -> ops.Parallel | None:
     """The root `parallel` around `op` (whose programs the packets hold), if any."""
     outer = None
     region = op.parent
@@ -216,7 +216,7 @@ def _root_parallel(op: ops.Store) -> ops.Parallel | None:
     return outer
 
 
-def _real_lane(em: Emitter, op: ops.Store, lane: ir.Value) -> ir.Value:
+def real_lane(em: Emitter, op: ops.Memory, lane: ir.Value) -> ir.Value:
     """Whether packed lane `lane` holds a program of its own: lanes past the end of the
     launch repeat the last program (emit._packet_numbers), so a lane is a repeat exactly
     when its root coordinates equal the previous lane's (distinct programs differ)."""
@@ -239,7 +239,7 @@ def _combining_store(em: Emitter, op: ops.Store, region: Region, value: Tile) ->
 
     def one_lane(lane: ir.Value | None) -> None:
         if lane is not None:  # a repeated program must not combine twice
-            with b.if_then(_real_lane(em, op, lane), likely=True):
+            with b.if_then(real_lane(em, op, lane), likely=True):
                 combine_lane(lane)
         else:
             combine_lane(lane)
@@ -260,8 +260,9 @@ def _combining_store(em: Emitter, op: ops.Store, region: Region, value: Tile) ->
                 return
         em.for_each(region.extents, True, put, bounds=bounds)
 
-    # Every packed program contributes, also where their regions coincide (uniform origins).
-    if em.lanes == 1 or (region.uniform and value.uniform):
+    # Every packed program contributes, also where their regions and values coincide
+    # (uniform origins and values: each program still adds its own contribution).
+    if em.lanes == 1:
         one_lane(None)
     else:
         em.for_range(em.lanes, one_lane, unroll=False, name="lane")

@@ -20,7 +20,8 @@ disjoint regions, which is proved when each group axis owns one origin index of 
 `a * coord + b` with |a| at least the region's extent there. The store must be at the top
 level of the parallel body and its last memory effect (a later load of the same instance
 would otherwise miss its own contribution). Anything else fails closed with a TileError
-that names the missing condition.
+that names the missing condition. A deterministic float-add combining scatter has no
+such realization (its positions are data, never provably disjoint) and fails closed.
 """
 
 from __future__ import annotations
@@ -159,6 +160,16 @@ def combine_sites(fn: Function, layout: BlockLayout) -> dict[ops.Parallel, Combi
     for par in fn.body.ops:
         if not isinstance(par, ops.Parallel):
             continue
+        scatter = next((s for s in par.body.walk() if isinstance(s, ops.Scatter)
+                        and s.needs_order), None)
+        if scatter is not None:
+            raise BackendError(
+                "the cuda backend has no realization of this scatter(..., combine=\"add\", "
+                "contract=\"deterministic\") of floats: fixing the order of its "
+                "contributions needs a workspace of provably disjoint regions, and a "
+                "scatter's data-dependent positions are never provably disjoint; use "
+                "contract=\"unordered\" (atomics) or the cpu backend (instance order)",
+                loc=scatter.loc)
         site = combine_site(fn, par, layout)
         if isinstance(site, str):
             store = next(s for s in par.body.walk() if isinstance(s, ops.Store)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from tilenest.analysis.combining import combining_writes, needs_order
 from tilenest.errors import BackendError
 from tilenest.ir import ops
 from tilenest.ir.core import Function, Op
@@ -143,10 +144,10 @@ def _validate_split(plan: CudaPlan, fn: Function) -> None:
     site = split_site(fn)
     if isinstance(site, str):
         raise _fail("split_k", site)
-    if any(isinstance(op, ops.Store) and op.needs_order for op in site.parallel.body.walk()):
+    if any(needs_order(op) for op in site.parallel.body.walk()):
         raise _fail("split_k", "the split parallel has a deterministic float-add combining "
-                               "store, whose phases (combine_phases.py) split-K does not "
-                               "compose with")
+                               "store or scatter, whose phases (combine_phases.py) split-K "
+                               "does not compose with")
     if plan.element_grid:
         raise _fail("split_k", "split-K has no element-grid realization")
 
@@ -157,9 +158,9 @@ def _validate_element_grid(plan: CudaPlan, fn: Function) -> None:
     n = plan.element_grid
     if not _is_pow2(n) or not 32 <= n <= 16384:
         raise _fail("element_grid", f"must be 0 or a power of two in 32..16384, got {n}")
-    if any(isinstance(op, ops.Store) and op.combine is not None for op in fn.walk()):
-        raise _fail("element_grid", "the kernel has combining stores; the element grid has "
-                                    "no combining realization")
+    if combining_writes(fn):
+        raise _fail("element_grid", "the kernel has combining stores or scatters; the "
+                                    "element grid has no combining realization")
     why = refusal(fn)
     if why is not None:
         raise _fail("element_grid", f"the kernel does not qualify for an element grid: {why}")
@@ -220,7 +221,6 @@ def candidates(fn: Function, smem_per_block: int | None = None) -> Iterator[Cuda
         yield plan
     from tilenest.backends.cuda.element_grid import BLOCKS, refusal
 
-    combining = any(isinstance(op, ops.Store) and op.combine is not None for op in fn.walk())
-    if refusal(fn) is None and not combining:
+    if refusal(fn) is None and not combining_writes(fn):
         for block, warps in itertools.product(BLOCKS, WARPS[1:4]):
             yield CudaPlan(num_warps=warps, element_grid=block)

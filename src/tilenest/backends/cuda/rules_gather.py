@@ -14,14 +14,24 @@ elements must end with the last one's value (row-major order, DESIGN §4.3): the
 masked further to the elements that no later in-range element overwrites, by comparing
 every pair of addresses inside the tile (O(n²) in the block's lanes). Tiles of more than
 `MAX_SCATTER_LANES` padded lanes are refused with a TileError at the scatter's line.
+
+A combining scatter (`combine=`) is the combining store's atomic read-modify-write
+(`rules_memory.combine_into`) on the scattered pointer block under the same mask:
+`tl.atomic_add/max/min` or a compare-and-swap loop. Colliding lanes need no pairwise mask
+and no lane limit: each lane of an atomic is its own read-modify-write, so all of them
+combine; in the compare-and-swap loop of colliding lanes one swap succeeds per round and
+the others retry from the value it wrote. A deterministic float add has no realization
+(its positions are data: no workspace of provably disjoint regions orders it) and is a
+BackendError, raised for the whole kernel by `combine_phases.combine_sites`.
 """
 
 from __future__ import annotations
 
 from tilenest.backends.cuda.emitter import Block, Emitter, Idx
 from tilenest.backends.cuda.rules import lowering
+from tilenest.backends.cuda.rules_memory import combine_into
 from tilenest.backends.cuda.rules_tile import literal
-from tilenest.errors import TileError
+from tilenest.errors import BackendError, TileError
 from tilenest.ir import ops
 from tilenest.ir.types import TensorType
 
@@ -107,6 +117,9 @@ def _gather(em: Emitter, op: ops.Gather) -> None:
 def _scatter(em: Emitter, op: ops.Scatter) -> None:
     positions = em.block(op.positions)
     value = em.block(op.value)
+    if op.combine is not None:
+        _combining_scatter(em, op, positions, value)
+        return
     lanes = 1
     for e in positions.padded:
         lanes *= e
@@ -136,3 +149,20 @@ def _scatter(em: Emitter, op: ops.Scatter) -> None:
     # before TRITON_INTERPRET=1 was set.
     keep = em.assign(f"{mask} & (tl.reduce({later}.to(tl.int32), 1, tn_imax) == 0)", "keep")
     em.emit(f"tl.store({param} + {offsets}, {values}, mask={keep})")
+
+
+def _combining_scatter(em: Emitter, op: ops.Scatter, positions: Block, value: Block) -> None:
+    if op.needs_order:
+        raise BackendError("the cuda backend has no realization of this deterministic "
+                           f"combining scatter (combine={op.combine!r}, a float add): its "
+                           "positions are data, never provably disjoint", loc=op.loc)
+    tensor = em.tensor_type(op.tensor)
+    assert isinstance(tensor, TensorType)
+    offsets, mask = _elements(em, op, positions)
+    param = em.params[op.tensor]
+    em.ordered(op)
+    if 0 in tensor.shape:  # no element to combine into (every position is out of range)
+        return
+    pointers = em.assign(f"{param} + {offsets}", "p")
+    combine_into(em, tensor, op.combine, pointers, mask, value.name, positions.padded, param,
+                 op.loc)

@@ -169,9 +169,9 @@ def combine_into(em: Emitter, tensor: TensorType, combine: str, pointers: str,
         return
     bits = _CAS_BITS.get(name)
     if bits is None:
-        raise BackendError(f"the cuda backend has no combining store (combine={combine!r}) "
-                           f"into a {dtype} tensor: Triton has no {dtype} atomics (use a "
-                           f"wider tensor)", loc=loc)
+        raise BackendError(f"the cuda backend has no combining store or scatter "
+                           f"(combine={combine!r}) into a {dtype} tensor: Triton has no "
+                           f"{dtype} atomics (use a wider tensor)", loc=loc)
     int_t = f"tl.int{bits}"
     shape = f"[{', '.join(map(str, padded))}]"
     pending = mask if mask is not None else f"tl.full({shape}, True, tl.int1)"

@@ -10,7 +10,8 @@ sibling phases never race with each other. Loads and stores record the in-bounds
 their region; gathers and scatters only the elements they read or write (the in-range
 positions), not their whole view.
 
-Combining stores (`store(t, combine=...)`) are tracked apart from plain writes: up to two
+Combining stores and scatters (`store(t, combine=...)`, `scatter(i, t, axis=a,
+combine=...)`) are tracked apart from plain writes: up to two
 distinct combining children per unit and the combine they used. Children combining with the
 same combine do not race; a plain write or a read meeting another child's combining store
 does, and so does a combining store meeting another child's combining store of a different
@@ -140,14 +141,17 @@ class RaceTracker:
         if self.scopes:
             self._access(op, arg, *element_addresses(arg, box), write=True, combine=combine)
 
-    def on_elements(self, op: Op, arg: TensorArg, coords: np.ndarray, *, write: bool) -> None:
+    def on_elements(self, op: Op, arg: TensorArg, coords: np.ndarray, *, write: bool,
+                    combine: str | None = None) -> None:
         """Accesses of single elements, one row of tensor coordinates each (the in-range
-        elements a gather reads or a scatter writes; repeats are one instance's own)."""
+        elements a gather reads or a scatter writes; repeats are one instance's own);
+        `combine`: the combine of a combining scatter (None: plain)."""
         if not self.scopes or not len(coords):
             return
         strides = np.asarray(arg.array.strides, dtype=np.int64)
         addresses = arg.base_address + coords.astype(np.int64) @ strides
-        self._access(op, arg, addresses.astype(np.int64), coords, write=write)
+        self._access(op, arg, addresses.astype(np.int64), coords, write=write,
+                     combine=combine)
 
     def _shadow(self, depth: int, group: _Group) -> _Shadow:
         key = (depth, id(group))

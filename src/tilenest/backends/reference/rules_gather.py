@@ -3,7 +3,8 @@
 These rules are the definition the backends are compared with: a position outside the
 view's extent along the axis, or a coordinate outside the tensor, reads the fill (gather)
 or is not written (scatter); of colliding elements of one scatter the last in row-major
-order wins.
+order wins. A combining scatter reads, combines and writes back every in-range element, the
+colliding ones in row-major order (as the combining store, `rules_memory`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import numpy as np
 
 from tilenest.backends.reference.memory import TensorArg
 from tilenest.backends.reference.registry import register_eval
+from tilenest.backends.reference.rules_elementwise import apply_binary
+from tilenest.backends.reference.rules_memory import COMBINERS
 from tilenest.errors import ArgumentError
 from tilenest.ir import ops
 from tilenest.ir.types import TileType
@@ -75,11 +78,14 @@ def _scatter(ctx: Interpreter, op: ops.Scatter, operands: list[Any]) -> list[Any
                             "into it", loc=op.loc)
     inside, values = coords[ok], values[ok]
     if ctx.races is not None:
-        ctx.races.on_elements(op, tensor, inside, write=True)
+        ctx.races.on_elements(op, tensor, inside, write=True, combine=op.combine)
+    linear = np.ravel_multi_index(tuple(inside.T), tensor.shape)
+    if op.combine is not None:
+        _combine_elements(ctx, op, tensor, inside, linear, values)
+        return []
     # Program order: of the elements writing one tensor element, the last in row-major
     # order wins. Keep exactly that one (numpy leaves the order of repeated assignments
     # unspecified).
-    linear = np.ravel_multi_index(tuple(inside.T), tensor.shape)
     _, first_from_end = np.unique(linear[::-1], return_index=True)
     last = np.sort(len(linear) - 1 - first_from_end)
     where = tuple(inside[last].T)
@@ -87,3 +93,25 @@ def _scatter(ctx: Interpreter, op: ops.Scatter, operands: list[Any]) -> list[Any
     if ctx.written is not None:
         ctx.written[tensor.name][where] = True
     return []
+
+
+def _combine_elements(ctx: Interpreter, op: ops.Scatter, tensor: TensorArg,
+                      inside: np.ndarray, linear: np.ndarray, values: np.ndarray) -> None:
+    """tensor[inside[i]] = combine(tensor[inside[i]], values[i]) for each i in order. Round
+    r handles the r-th element (row-major) of every colliding group at once: the elements
+    of one round are distinct, and each group's elements meet in row-major order."""
+    order = np.argsort(linear, kind="stable")
+    ranked = linear[order]
+    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
+    sizes = np.diff(np.r_[starts, len(ranked)])
+    rank = np.empty(len(linear), np.int64)
+    rank[order] = np.arange(len(linear)) - np.repeat(starts, sizes)
+    combiner = COMBINERS[op.combine]
+    for r in range(int(sizes.max())):
+        chosen = np.flatnonzero(rank == r)
+        where = tuple(inside[chosen].T)
+        old = ctx.num.from_storage(tensor.array[where], tensor.dtype, tensor.bf16_bits)
+        new = apply_binary(ctx, combiner, old, values[chosen], tensor.dtype)
+        tensor.array[where] = ctx.num.to_storage(new, tensor.dtype, tensor.bf16_bits)
+        if ctx.written is not None:
+            ctx.written[tensor.name][where] = True

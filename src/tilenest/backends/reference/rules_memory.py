@@ -38,7 +38,8 @@ def _load(ctx: Interpreter, op: ops.Load, operands: list[Any]) -> list[Any]:
     return [out]
 
 
-_COMBINERS = {"add": "add", "max": "maximum", "min": "minimum"}
+COMBINERS = {"add": "add", "max": "maximum", "min": "minimum"}
+"""The elementwise op (`apply_binary`) of each combine of a combining store or scatter."""
 
 
 @register_eval(ops.Store)
@@ -61,7 +62,7 @@ def _store(ctx: Interpreter, op: ops.Store, operands: list[Any]) -> list[Any]:
         # unless the view overlaps itself; then the last of them wins, as for a plain store).
         old = ctx.num.from_storage(tensor.array[box.tensor_index], tensor.dtype,
                                    tensor.bf16_bits)
-        new = apply_binary(ctx, _COMBINERS[op.combine], old, new, tensor.dtype)
+        new = apply_binary(ctx, COMBINERS[op.combine], old, new, tensor.dtype)
     values = ctx.num.to_storage(new, tensor.dtype, tensor.bf16_bits)
     tensor.array[box.tensor_index] = values
     if ctx.written is not None:
