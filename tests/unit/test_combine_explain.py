@@ -85,3 +85,21 @@ def test_a_combining_store_costs_more_than_a_plain_store(target: str) -> None:
     plain = _store_into.compile(y, target=target).planning.selected.cost.total
     combined = _store_into.compile(y, target=target, COMBINE="add").planning.selected.cost.total
     assert combined > plain
+
+
+@tn.kernel
+def _histogram(Idx, H, *, B=16, CONTRACT="unordered"):
+    (n,) = Idx.shape
+    b = tn.axis("b", B)
+    for p in tn.parallel(tn.cdiv(n, B)):
+        i = Idx.tile((p.index() * B,), (b,)).load()
+        H.scatter(i, tn.full((b,), 1.0, tn.f32), axis=0, combine="add", contract=CONTRACT)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_explain_names_combining_scatters(target: str) -> None:
+    args = (torch.zeros(37, dtype=torch.int32), torch.zeros(8))
+    text = _histogram.compile(*args, target=target).explain()
+    [line] = [ln for ln in text.splitlines() if ln.startswith("combining scatter at ")]
+    assert "H add, unordered: " in line
+    assert ("tl.atomic_add" if target == "cuda" else "cmpxchg") in line

@@ -48,14 +48,16 @@ def programs(op: ops.Parallel) -> int:
     return n
 
 
-def combine_lines(fn: Function, realization: Callable[[ops.Store], str]) -> list[str]:
-    """One `explain()` line per combining store of `fn`: where it is (its source line), the
-    tensor, the combine and contract, and how the backend realizes it (`realization`)."""
+def combine_lines(fn: Function, realization: Callable[[ops.Combining], str]) -> list[str]:
+    """One `explain()` line per combining store or scatter of `fn`: where it is (its source
+    line), the tensor, the combine and contract, and how the backend realizes it
+    (`realization`)."""
     out = []
-    for op in combining_stores(fn):
+    for op in combining_writes(fn):
+        kind = "scatter" if isinstance(op, ops.Scatter) else "store"
         where = f" at {op.loc}" + (f" (`{op.loc.line.strip()}`)" if op.loc.line.strip()
                                   else "") if op.loc is not None else ""
         tensor = next((p.name for p in fn.params if p.value is op.tensor), op.tensor.hint)
-        out.append(f"combining store{where}: {tensor} {op.combine}, "
+        out.append(f"combining {kind}{where}: {tensor} {op.combine}, "
                    f"{op.contract or 'unordered'}: {realization(op)}")
     return out

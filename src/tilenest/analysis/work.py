@@ -237,6 +237,9 @@ def _walk(body: list[Op], rep: float, c: _Counter, slopes: _Slopes, inner_axis: 
             # One indexed element per position: gathered-lane traffic (no address slope).
             p = op.positions.type
             c.access(p.shape, None, None, rep, op.tensor_type.dtype.itemsize)
+            if isinstance(op, ops.Scatter) and op.combine is not None:
+                c.access(p.shape, None, None, rep, op.tensor_type.dtype.itemsize)
+                c.indexed += rep * p.size  # one scalar atomic per element
             if isinstance(op, ops.Gather):
                 c.snap += c.vec(p.shape) * rep
                 c.tile_bytes += p.size * op.tensor_type.dtype.itemsize

@@ -160,8 +160,8 @@ _UNSIGNED_RMW = {"add": "add", "max": "umax", "min": "umin"}
 _COMBINERS = {"add": "add", "max": "maximum", "min": "minimum"}
 
 
-def describe_combine(op: ops.Store) -> str:
-    """How this backend realizes a combining store (the `explain()` line of
+def describe_combine(op: ops.Combining) -> str:
+    """How this backend realizes a combining store or scatter (the `explain()` line of
     `combine_lines`): the atomic `combine_element` emits, and for a deterministic float add
     the plan that runs its programs in instance order on one thread."""
     dtype = op.tensor_type.dtype

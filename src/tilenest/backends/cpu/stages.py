@@ -11,7 +11,6 @@ from tilenest.analysis.combining import combine_lines
 from tilenest.backends.cpu.jit import compile_ir, host_info
 from tilenest.backends.cpu.launch import Build, CpuExecutable
 from tilenest.backends.cpu.lower import lower_function
-from tilenest.backends.cpu.rules_memory import describe_combine
 from tilenest.backends.cpu.target import plan_cpu
 from tilenest.backends.registry import Executable, plan_with
 from tilenest.driver.stages import Artifact, Stage, Work
@@ -56,6 +55,8 @@ def _explanation(work: Work, phases: bool) -> str:
     if phases:
         lines += "phases: " + ", ".join(f"{p.name} ({p.programs} programs, {p.lanes} per "
                                         f"packet)" for p in work["lowered"].phases) + "\n"
+    from tilenest.backends.cpu.rules_memory import describe_combine  # rules import late
+
     lines += "".join(line + "\n" for line in combine_lines(work.fn, describe_combine))
     return lines + render(result)
 

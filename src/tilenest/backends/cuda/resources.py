@@ -248,7 +248,7 @@ def _count_ops(body: list[Op], mult: float, work: Work, layout: BlockLayout,
             moved = op.positions.type.shape if isinstance(op, (ops.Gather, ops.Scatter)) \
                 else tuple(e for e in op.shape if e is not None)
             moved_bytes = mult * _elements(moved) * tensor.dtype.itemsize
-            if isinstance(op, ops.Store) and op.combine is not None:
+            if isinstance(op, (ops.Store, ops.Scatter)) and op.combine is not None:
                 moved_bytes *= 2  # an atomic read-modify-write reads the old elements too
             work.bytes_moved += moved_bytes
             run = short_run(op, loops)

@@ -136,11 +136,13 @@ _CAS_BITS = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64, "i16": 16, "u16": 16}
 _COMBINE_FN = {"add": "tn_add", "max": "tn_max", "min": "tn_min"}
 
 
-def describe_combine(op: ops.Store) -> str:
-    """How this backend realizes a combining store (the `explain()` line of `combine_lines`):
-    the phases of `combine_phases.py` for a deterministic float add, else the atomic that
-    `combine_into` emits."""
+def describe_combine(op: ops.Combining) -> str:
+    """How this backend realizes a combining store or scatter (the `explain()` line of
+    `combine_lines`): the phases of `combine_phases.py` for a deterministic float add of a
+    store, else the atomic that `combine_into` emits."""
     name = op.tensor_type.dtype.name
+    if op.needs_order and isinstance(op, ops.Scatter):
+        return "refused: data-dependent positions are never provably disjoint"
     if op.needs_order:
         return ("a workspace slot per contribution, added in instance order by a second "
                 "phase (the same bits every run)")

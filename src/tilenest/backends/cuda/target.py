@@ -55,7 +55,6 @@ from tilenest.backends.cuda.resources import (
     registers_per_thread,
     smem_per_stage,
 )
-from tilenest.backends.cuda.rules_memory import describe_combine
 from tilenest.backends.cuda.splitk import split_phases, split_site
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir import ops
@@ -103,6 +102,8 @@ def explain(fn: Function, plan: CudaPlan, info: GpuInfo | None = None,
     if phases:
         lines.append("phases: " + ", ".join(f"{p.name} ({p.programs} programs)"
                                              for p in phases))
+    from tilenest.backends.cuda.rules_memory import describe_combine  # rules import late
+
     lines += combine_lines(fn, describe_combine)
     return "\n".join(lines)
 
