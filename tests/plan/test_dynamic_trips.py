@@ -334,3 +334,29 @@ def test_compiled_explain_on_cpu_names_the_dynamic_loop() -> None:
             "max 8") in text
     compiled(x, y)
     np.testing.assert_array_equal(y, np.repeat([16.0, 32.0, 48.0, 64.0], 16))
+
+
+@tn.kernel
+def counted_sum(X, Off, Y, *, E=8, BM=4):
+    """Each row block loops over the segments it meets, counted from one load of the
+    offsets (the moe example's expert loop): the count is in [0, E] whatever was loaded."""
+    (R,) = Y.shape
+    seg = tn.axis("seg", E)
+    for nest in tn.parallel(tn.cdiv(R, BM)):
+        p0 = nest.index() * BM
+        ends = Off.tile((1,), (seg,)).load()
+        starts = Off.tile((0,), (seg,)).load()
+        first = tn.index(tn.sum(tn.where(ends <= p0, 1, 0), axis=seg))
+        stop = tn.index(tn.sum(tn.where(starts < p0 + BM, 1, 0), axis=seg))
+        acc = tn.zeros((), tn.f32)
+        for step in nest.serial(stop - first):
+            acc = acc + X.tile((first + step.index(),), ()).load()
+        Y.tile((p0,), ()).store(acc)
+
+
+def test_a_count_of_matches_is_bounded_by_its_axis() -> None:
+    """tn.sum(tn.where(c, 1, 0), axis=seg) lies in [0, 8] for any loaded offsets, so
+    stop - first is at most 8 (not the 4096 of the largest argument axis)."""
+    fn = counted_sum.ir(_f32(4096), np.zeros(9, np.int32), _f32(4096))
+    [(_, trips)] = _dynamic(fn)
+    assert trips.basis == ASSUMED and trips.maximum == 8 and trips.expected == 4.0

@@ -204,9 +204,50 @@ def _shape_cap(fn: Function) -> int:
     return max(sizes, default=1)
 
 
+def _tile_range(v: Value, depth: int = 0) -> Interval | None:
+    """Bounds of an integer tile's elements where its ops bound them whatever was loaded: a
+    count (`tn.sum(tn.where(cond, 1, 0), axis=a)` is in [0, extent of a]), constants,
+    comparisons, `where`, broadcasts, casts and integer add/sub/mul of such tiles; None
+    otherwise (a loaded tile's values are not bounded here)."""
+    op = v.owner
+    if depth > 64 or not isinstance(op, Op):
+        return None
+    if isinstance(op, ops.Full) and isinstance(op.value, (bool, int)):
+        return (int(op.value), int(op.value))
+    if isinstance(op, ops.Compare):
+        return (0, 1)
+    if isinstance(op, (ops.Broadcast, ops.Cast)):
+        return _tile_range(op.x, depth + 1)
+    if isinstance(op, ops.Where):
+        a, b = _tile_range(op.a, depth + 1), _tile_range(op.b, depth + 1)
+        return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
+    if isinstance(op, (ops.Add, ops.Sub, ops.Mul)):
+        a, b = _tile_range(op.lhs, depth + 1), _tile_range(op.rhs, depth + 1)
+        rule = {ops.Add: "add", ops.Sub: "sub", ops.Mul: "mul"}[type(op)]
+        return None if a is None or b is None else BINARY_RULES[rule](a, b)
+    if isinstance(op, ops.Reduce) and len(op.results) == 1:
+        return _sum_range(op, depth)
+    return None
+
+
+def _sum_range(op: ops.Reduce, depth: int) -> Interval | None:
+    """A static reduce whose body adds one taken element of a bounded tile to its carry
+    (`tn.sum`): init + extent x the element's bounds."""
+    body = [o for o in op.body.ops if not isinstance(o, ops.Yield)]
+    if op.is_dynamic or len(body) != 2 or not isinstance(body[0], ops.Take) \
+            or not isinstance(body[1], ops.Add):
+        return None
+    n = prod(op.static_extents("a sum's bounds"))
+    init, x = _tile_range(op.inits[0], depth + 1), _tile_range(body[0].x, depth + 1)
+    if init is None or x is None:
+        return None
+    return (init[0] + n * min(x[0], 0), init[1] + n * max(x[1], 0))
+
+
 def _assumed_ranges(fn: Function, cap: int) -> dict[Value, Interval]:
     """Index intervals as `index_ranges` computes them, but with every loaded index in
-    [0, cap] (within its element type's range): the assumption an ASSUMED count rests on."""
+    [0, cap] (within its element type's range) unless its ops bound it tighter (a count of
+    matches: `_tile_range`): the assumption an ASSUMED count rests on."""
     ranges: dict[Value, Interval] = {}
 
     def visit(region: Region) -> None:
@@ -215,7 +256,9 @@ def _assumed_ranges(fn: Function, cap: int) -> dict[Value, Interval]:
                 ranges[op.result] = (op.value, op.value)
             elif isinstance(op, ops.IndexFromTile):
                 lo, hi = dtype_range(op.x.type.dtype)
-                ranges[op.result] = (max(lo, 0), max(min(hi, cap), 0))
+                bounded = _tile_range(op.x)
+                ranges[op.result] = bounded if bounded is not None else \
+                    (max(lo, 0), max(min(hi, cap), 0))
             elif isinstance(op, ops.IndexBinary):
                 a, b = ranges.get(op.lhs), ranges.get(op.rhs)
                 if a is not None and b is not None:
