@@ -1,7 +1,7 @@
 """H200 probe (issue 13): the moe example's plain call against torch eager at the E8 shape of
 the benchmark (bf16 T4096 D4096 F14336), cuBLAS on one expert's share of the rows (the
 GEMM work's ceiling), and fixed BM x BN x BK x warps x stages: where the planner's pick
-stands in its own space. Prints, writes nothing."""
+stands in its own space. Arguments BMxBNxBK choose the tiles. Prints, writes nothing."""
 
 from __future__ import annotations
 
@@ -55,8 +55,10 @@ def main() -> None:
     t = ms(lambda i: ck(*args(i)))
     print(f"plain {ck.constants} {ck.plan.describe()}: {t:.3f} ms "
           f"({flops / t / 1e9:.0f} TF/s)", flush=True)
-    for bm, bn, bk in ((128, 128, 32), (128, 128, 64), (128, 256, 32), (128, 256, 64),
-                       (64, 128, 64), (64, 256, 64), (128, 64, 64)):
+    configs = [tuple(map(int, c.split("x"))) for c in sys.argv[1:]] or [
+        (128, 128, 32), (128, 128, 64), (128, 256, 32), (128, 256, 64), (64, 128, 64),
+        (64, 256, 64), (128, 64, 64)]
+    for bm, bn, bk in configs:
         for warps, stages in ((4, 3), (8, 3), (8, 4)):
             label = f"BM{bm} BN{bn} BK{bk} w{warps} s{stages}"
             try:
