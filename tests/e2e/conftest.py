@@ -174,6 +174,16 @@ def target(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+def ieee_extremum(largest: bool, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The oracle of tn.maximum / tn.minimum: canonical NaN, -0.0 < +0.0."""
+    if a.dtype.kind != "f":
+        return np.maximum(a, b) if largest else np.minimum(a, b)
+    out = np.where(a > b if largest else a < b, a, b)
+    tie = (a == b) & (np.signbit(b) if largest else ~np.signbit(b))
+    out = np.where(tie, a, out)
+    return np.where(np.isnan(a) | np.isnan(b), np.array(np.nan, a.dtype), out)
+
+
 def fresh_rng() -> tuple[np.random.Generator, int]:
     """A generator on a fresh seed, and the seed (for the failure message)."""
     seed = int(np.random.SeedSequence().entropy % (2 ** 32))

@@ -18,7 +18,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.e2e.conftest import Buffers, _triton_interpreter, assert_same, run_on
+from tests.e2e.conftest import (
+    Buffers,
+    _triton_interpreter,
+    assert_same,
+    ieee_extremum,
+    run_on,
+)
 
 import tilenest as tn
 from tilenest.errors import RaceError, TileError
@@ -44,16 +50,6 @@ def _exact_values(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) 
     return (raw / 8).astype(dtype) if np.dtype(dtype).kind == "f" else raw.astype(dtype)
 
 
-def _ieee(largest: bool, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The oracle of tn.maximum / tn.minimum: canonical NaN, -0.0 < +0.0."""
-    if a.dtype.kind != "f":
-        return np.maximum(a, b) if largest else np.minimum(a, b)
-    out = np.where(a > b if largest else a < b, a, b)
-    tie = (a == b) & (np.signbit(b) if largest else ~np.signbit(b))
-    out = np.where(tie, a, out)
-    return np.where(np.isnan(a) | np.isnan(b), np.array(np.nan, a.dtype), out)
-
-
 def _contributions(x: np.ndarray) -> np.ndarray:
     """What each instance combines into Y[:, 1:] (the region's in-bounds part, shifted by
     the origin (-1, +1)): X[s, i + 1, j - 1], and the load's fill 0 for Y's last row."""
@@ -70,7 +66,7 @@ def _oracle(y0: np.ndarray, x: np.ndarray, combine: str) -> np.ndarray:
         if combine == "add":
             y[:, 1:] = y[:, 1:] + part[k]
         else:
-            y[:, 1:] = _ieee(combine == "max", y[:, 1:], part[k])
+            y[:, 1:] = ieee_extremum(combine == "max", y[:, 1:], part[k])
     return y
 
 

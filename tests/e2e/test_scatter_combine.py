@@ -22,20 +22,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.e2e.conftest import Buffers, _triton_interpreter, assert_same, fresh_rng, run_on
+from tests.e2e.conftest import (
+    Buffers,
+    _triton_interpreter,
+    assert_same,
+    fresh_rng,
+    ieee_extremum,
+    run_on,
+)
 
 import tilenest as tn
 from tilenest.errors import RaceError, TileError
-
-
-def _ieee(largest: bool, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The oracle of tn.maximum / tn.minimum: canonical NaN, -0.0 < +0.0."""
-    if a.dtype.kind != "f":
-        return np.maximum(a, b) if largest else np.minimum(a, b)
-    out = np.where(a > b if largest else a < b, a, b)
-    tie = (a == b) & (np.signbit(b) if largest else ~np.signbit(b))
-    out = np.where(tie, a, out)
-    return np.where(np.isnan(a) | np.isnan(b), np.array(np.nan, a.dtype), out)
 
 
 def _combine(combine: str, old: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -43,7 +40,7 @@ def _combine(combine: str, old: np.ndarray, new: np.ndarray) -> np.ndarray:
     if combine == "add":
         with np.errstate(over="ignore"):
             return (old + new).astype(old.dtype)
-    return _ieee(combine == "max", old, new)
+    return ieee_extremum(combine == "max", old, new)
 
 
 def _values(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
