@@ -35,6 +35,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from math import prod
+from typing import Any
 
 import numpy as np
 
@@ -98,7 +99,12 @@ _APPLY = {
 }
 
 
-def _evaluate(v: Value, env: dict[Value, int], memo: dict[Value, int]) -> int:
+def _evaluate(v: Value, env: dict[Value, Any], memo: dict[Value, Any],
+              apply: dict[type, Callable[[Any, Any], Any]] = _APPLY,
+              read: Callable[[ops.Load, Any], Any] | None = None) -> Any:
+    """The value of index expression `v` with the coordinates of `env`: Python ints with
+    `_APPLY`, or arrays of every instance at once with `_VECTOR`. A loaded element is
+    `read(load, its position)` (`_Unknown` without `read`)."""
     if v in env:
         return env[v]
     if v in memo:
@@ -106,15 +112,18 @@ def _evaluate(v: Value, env: dict[Value, int], memo: dict[Value, int]) -> int:
     op = v.owner
     if isinstance(op, ops.IndexConst):
         out = int(op.value)
-    elif isinstance(op, ops.IndexBinary) and type(op) in _APPLY:
-        out = _APPLY[type(op)](_evaluate(op.lhs, env, memo), _evaluate(op.rhs, env, memo))
+    elif isinstance(op, ops.IndexBinary) and type(op) in apply:
+        out = apply[type(op)](_evaluate(op.lhs, env, memo, apply, read),
+                              _evaluate(op.rhs, env, memo, apply, read))
+    elif read is not None and (load := _element_read(v)) is not None:
+        out = read(load, _evaluate(load.indices[0], env, memo, apply, read))
     else:
         raise _Unknown
     memo[v] = out
     return out
 
 
-def _dependencies(values: Iterable[Value]) -> tuple[set[Value], bool]:
+def index_dependencies(values: Iterable[Value]) -> tuple[set[Value], bool]:
     """The region coordinates that index values depend on, and whether they read a loaded
     value (or anything else that is not index arithmetic of constants and coordinates)."""
     coords: set[Value] = set()
@@ -204,6 +213,9 @@ def _shape_cap(fn: Function) -> int:
     return max(sizes, default=1)
 
 
+_TILE_RULES = {ops.Add: "add", ops.Sub: "sub", ops.Mul: "mul"}  # integer tile arithmetic
+
+
 def _tile_range(v: Value, depth: int = 0) -> Interval | None:
     """Bounds of an integer tile's elements where its ops bound them whatever was loaded: a
     count (`tn.sum(tn.where(cond, 1, 0), axis=a)` is in [0, extent of a]), constants,
@@ -221,10 +233,9 @@ def _tile_range(v: Value, depth: int = 0) -> Interval | None:
     if isinstance(op, ops.Where):
         a, b = _tile_range(op.a, depth + 1), _tile_range(op.b, depth + 1)
         return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
-    if isinstance(op, (ops.Add, ops.Sub, ops.Mul)):
+    if type(op) in _TILE_RULES:
         a, b = _tile_range(op.lhs, depth + 1), _tile_range(op.rhs, depth + 1)
-        rule = {ops.Add: "add", ops.Sub: "sub", ops.Mul: "mul"}[type(op)]
-        return None if a is None or b is None else BINARY_RULES[rule](a, b)
+        return None if a is None or b is None else BINARY_RULES[_TILE_RULES[type(op)]](a, b)
     if isinstance(op, ops.Reduce) and len(op.results) == 1:
         return _sum_range(op, depth)
     return None
@@ -423,28 +434,18 @@ def _simulable(values: Iterable[Value]) -> tuple[set[Value], set[ops.Load]] | No
     return coords, reads
 
 
-def _vector(v: Value, env: dict[Value, np.ndarray], tables: dict[Value, np.ndarray],
-            memo: dict[Value, np.ndarray]) -> np.ndarray:
-    if v in env:
-        return env[v]
-    if v in memo:
-        return memo[v]
-    op = v.owner
-    if isinstance(op, ops.IndexConst):
-        out = np.int64(op.value)
-    elif isinstance(op, ops.IndexBinary):
-        out = _VECTOR[type(op)](_vector(op.lhs, env, tables, memo),
-                                _vector(op.rhs, env, tables, memo))
-    else:
-        load = _element_read(v)
-        assert load is not None  # `_simulable` admitted only these
+def _table_read(tables: dict[Value, np.ndarray]) -> Callable[[ops.Load, Any], np.ndarray]:
+    """`_evaluate`'s read of simulated elements: the table's value at each position, the
+    load's fill outside the tensor."""
+
+    def read(load: ops.Load, at: np.ndarray) -> np.ndarray:
         table = tables[load.tensor]
-        at = _vector(load.indices[0], env, tables, memo)
+        if not table.size:
+            return np.full_like(at, int(load.fill))
         inside = (at >= 0) & (at < table.size)
-        out = np.where(inside, table[np.clip(at, 0, max(table.size - 1, 0))] if table.size
-                       else 0, int(load.fill))
-    memo[v] = out
-    return out
+        return np.where(inside, table[np.clip(at, 0, table.size - 1)], int(load.fill))
+
+    return read
 
 
 def _shares(extents: list[int]) -> list[int]:
@@ -477,11 +478,11 @@ def _simulated_trips(op: ops.RegionOp, ctx: _Context, chain: list[ops.RegionOp]
     env = {c: g.ravel() for (c, _), g in zip(axes, grids, strict=True)}
     tables = {load.tensor: simulated_offsets(load.tensor_type.shape[0], ctx.cap)
               for load in reads}
-    memo: dict[Value, np.ndarray] = {}
+    memo: dict[Value, Any] = {}
     count = np.ones(max((g.size for g in env.values()), default=1), np.float64)
     for e in op.extent_sources():
-        count = count * (e if isinstance(e, int)
-                         else np.maximum(_vector(e, env, tables, memo), 0))
+        count = count * (e if isinstance(e, int) else np.maximum(
+            _evaluate(e, env, memo, _VECTOR, _table_read(tables)), 0))
     maximum = _interval_maximum(op, ctx.assumed, ctx.cap)
     maximum = int(count.max()) if maximum is None else max(maximum, int(count.max()))
     return Trips(float(count.mean()), maximum, SIMULATED, float(count.max()))
@@ -489,9 +490,9 @@ def _simulated_trips(op: ops.RegionOp, ctx: _Context, chain: list[ops.RegionOp]
 
 def _dynamic_trips(op: ops.RegionOp, ctx: _Context) -> Trips:
     chain = _enclosing(op)
-    relevant, loaded = _dependencies(_dynamic_values(op))
+    relevant, loaded = index_dependencies(_dynamic_values(op))
     for outer in chain:
-        more, reads = _dependencies(_dynamic_values(outer))
+        more, reads = index_dependencies(_dynamic_values(outer))
         relevant |= more
         loaded = loaded or reads
     if loaded:

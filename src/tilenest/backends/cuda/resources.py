@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tilenest.analysis.trips import Trips, is_dynamic, trip_counts
+from tilenest.analysis.trips import Trips, index_dependencies, is_dynamic, trip_counts
 from tilenest.ir import ops, ops_shape
 from tilenest.ir.core import Function, Op, Region, Value
 from tilenest.ir.ops import mma_roles
@@ -183,19 +183,6 @@ def contiguous_run(op: ops.Memory) -> tuple[int, int | None]:
     return run, axis
 
 
-def _depends_on(v: Value, coords: frozenset[Value]) -> bool:
-    stack, seen = [v], set()
-    while stack:
-        x = stack.pop()
-        if x in coords:
-            return True
-        if x in seen or not isinstance(x.owner, ops.IndexBinary):
-            continue
-        seen.add(x)
-        stack.extend((x.owner.lhs, x.owner.rhs))
-    return False
-
-
 def short_run(op: ops.Memory, loops: frozenset[Value]) -> int | None:
     """The run length of a load or store whose contiguous runs are shorter than a DRAM line
     and whose innermost origin no enclosing loop of its program advances (the program's own
@@ -206,7 +193,7 @@ def short_run(op: ops.Memory, loops: frozenset[Value]) -> int | None:
     run, axis = contiguous_run(op)
     if run >= DRAM_LINE or axis is None:
         return None
-    return None if _depends_on(op.indices[axis], loops) else run
+    return None if index_dependencies([op.indices[axis]])[0] & loops else run
 
 
 TripMap = Mapping[ops.RegionOp, Trips]
