@@ -160,15 +160,22 @@ _UNSIGNED_RMW = {"add": "add", "max": "umax", "min": "umin"}
 _COMBINERS = {"add": "add", "max": "maximum", "min": "minimum"}
 
 
+def _rmw_op(dtype: DType, combine: str) -> str | None:
+    """The `atomicrmw` operation of `combine` on `dtype` (integers held in registers of their
+    own width), or None: the compare-and-swap loop."""
+    mem_t = sc.memory_type(dtype)
+    if isinstance(mem_t, ir.IntType) and mem_t == sc.reg_type(dtype):
+        return (_SIGNED_RMW if dtype.is_signed else _UNSIGNED_RMW)[combine]
+    return None
+
+
 def describe_combine(op: ops.Combining) -> str:
     """How this backend realizes a combining store or scatter (the `explain()` line of
     `combine_lines`): the atomic `combine_element` emits, and for a deterministic float add
     the plan that runs its programs in instance order on one thread."""
-    dtype = op.tensor_type.dtype
-    mem_t = sc.memory_type(dtype)
-    if isinstance(mem_t, ir.IntType) and mem_t == sc.reg_type(dtype):
-        op_name = (_SIGNED_RMW if dtype.is_signed else _UNSIGNED_RMW)[op.combine]
-        how = f"atomicrmw {op_name} (monotonic)"
+    rmw = _rmw_op(op.tensor_type.dtype, op.combine)
+    if rmw is not None:
+        how = f"atomicrmw {rmw} (monotonic)"
     else:
         how = "a compare-and-swap loop on the element's bits (cmpxchg, monotonic)"
     if op.needs_order:
@@ -181,9 +188,9 @@ def combine_element(em: Emitter, dtype: DType, combine: str, addr: ir.Value,
     """memory[addr] = combine(memory[addr], new), atomically (`new` a register value)."""
     b = em.b
     mem_t = sc.memory_type(dtype)
-    if isinstance(mem_t, ir.IntType) and mem_t == sc.reg_type(dtype):
-        op = (_SIGNED_RMW if dtype.is_signed else _UNSIGNED_RMW)[combine]
-        b.atomic_rmw(op, addr, new, "monotonic")
+    rmw = _rmw_op(dtype, combine)
+    if rmw is not None:
+        b.atomic_rmw(rmw, addr, new, "monotonic")
         return
     bits_t = ir.IntType(mem_t.width if isinstance(mem_t, ir.IntType) else
                         {ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}[type(mem_t)])

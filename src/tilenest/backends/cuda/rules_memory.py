@@ -136,6 +136,12 @@ _CAS_BITS = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64, "i16": 16, "u16": 16}
 _COMBINE_FN = {"add": "tn_add", "max": "tn_max", "min": "tn_min"}
 
 
+def _has_rmw(name: str, combine: str) -> bool:
+    """Whether Triton has a read-modify-write atomic for `combine` on dtype `name` (else the
+    compare-and-swap loop)."""
+    return name in _RMW_INT or (combine == "add" and name in _RMW_ADD_FLOAT)
+
+
 def describe_combine(op: ops.Combining) -> str:
     """How this backend realizes a combining store or scatter (the `explain()` line of
     `combine_lines`): the phases of `combine_phases.py` for a deterministic float add of a
@@ -146,14 +152,13 @@ def describe_combine(op: ops.Combining) -> str:
     if op.needs_order:
         return ("a workspace slot per contribution, added in instance order by a second "
                 "phase (the same bits every run)")
-    if name in _RMW_INT or (op.combine == "add" and name in _RMW_ADD_FLOAT):
+    if _has_rmw(name, op.combine):
         how = f"{_ATOMIC_RMW[op.combine]} (relaxed)"
     elif name in _CAS_BITS:
         how = f"a compare-and-swap loop on the {_CAS_BITS[name]}-bit element (tl.atomic_cas)"
     else:
         return f"refused: Triton has no {name} atomics"
-    order_free = op.order_free
-    return how + ("" if order_free else ", in any order: the bits may differ between runs")
+    return how + ("" if op.order_free else ", in any order: the bits may differ between runs")
 
 
 def combine_into(em: Emitter, tensor: TensorType, combine: str, pointers: str,
@@ -164,7 +169,7 @@ def combine_into(em: Emitter, tensor: TensorType, combine: str, pointers: str,
     dtype = tensor.dtype
     name = dtype.name
     tl_t = tl_dtype(dtype)
-    if name in _RMW_INT or (combine == "add" and name in _RMW_ADD_FLOAT):
+    if _has_rmw(name, combine):
         masked = f", mask={mask}" if mask is not None else ""
         em.emit(f"{_ATOMIC_RMW[combine]}({pointers}, ({value}).to({tl_t}){masked}, "
                 f"sem=\"relaxed\")")
