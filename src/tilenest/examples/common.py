@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from tilenest.driver.kernel import Kernel
+from tilenest.ir.dtypes import TORCH_NAMES
 from tilenest.runtime.args import describe_tensor
 
 # Max |out - ref| / max |ref| that each element type must meet (DESIGN.md §7).
@@ -228,9 +229,6 @@ class Placed:
         return bool((full[mask] == self.fill).all())
 
 
-_TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "i8": "int8",
-                 "u8": "uint8", "i16": "int16", "u16": "uint16", "i32": "int32",
-                 "i64": "int64", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
 _NUMPY_DTYPES = {"f32": np.float32, "f16": np.float16, "i8": np.int8, "u8": np.uint8,
                  "i16": np.int16, "u16": np.uint16, "i32": np.int32, "i64": np.int64}
 
@@ -292,7 +290,7 @@ def empty_tensor(shape: tuple[int, ...], dtype: str, lib: str) -> Any:
         return np.empty(shape, _NUMPY_DTYPES[dtype])
     import torch
 
-    return torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPES[dtype]))
+    return torch.empty(shape, dtype=getattr(torch, TORCH_NAMES[dtype]))
 
 
 def _convert(values: np.ndarray, dtype: str, lib: str) -> Any:
@@ -300,7 +298,7 @@ def _convert(values: np.ndarray, dtype: str, lib: str) -> Any:
         return np.ascontiguousarray(values.astype(_NUMPY_DTYPES[dtype]))
     import torch
 
-    return torch.from_numpy(np.ascontiguousarray(values)).to(getattr(torch, _TORCH_DTYPES[dtype]))
+    return torch.from_numpy(np.ascontiguousarray(values)).to(getattr(torch, TORCH_NAMES[dtype]))
 
 
 def to_float64(tensor: Any) -> np.ndarray:

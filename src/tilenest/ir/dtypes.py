@@ -153,6 +153,10 @@ _FROM_TORCH_NAME: dict[str, DType] = {
     "torch.float32": f32,
     "torch.float64": f64,
 }
+TORCH_NAMES: dict[str, str] = {d.name: n.removeprefix("torch.")
+                               for n, d in _FROM_TORCH_NAME.items()}
+"""tilenest dtype name -> the name of its torch dtype (`getattr(torch, TORCH_NAMES["f8e4m3"])`
+is torch.float8_e4m3fn)."""
 
 
 class PromotionError(ValueError):

@@ -32,6 +32,7 @@ from tilenest.backends.cuda.source_cache import load_source
 from tilenest.backends.cuda.staging import host_tensor
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
+from tilenest.ir.dtypes import TORCH_NAMES
 from tilenest.ir.types import TensorType
 from tilenest.runtime.args import is_torch_tensor
 from tilenest.runtime.builds import BuildChoice
@@ -39,11 +40,6 @@ from tilenest.runtime.status import BOARD, Slot, StatusOwner
 
 MAX_GRID = 2**31 - 1
 
-# tilenest dtype name -> torch dtype name (for raw pointers given to Triton's JIT dispatch).
-_TORCH_DTYPES = {"bool": "bool", "i8": "int8", "u8": "uint8", "i16": "int16",
-                 "u16": "uint16", "i32": "int32", "u32": "uint32", "i64": "int64",
-                 "u64": "uint64", "f16": "float16", "bf16": "bfloat16", "f32": "float32",
-                 "f64": "float64", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
 
 
 @dataclass
@@ -370,7 +366,7 @@ class CudaExecutable:
         for p, param in zip(ptrs, self.fn.params, strict=True):
             t = param.value.type
             assert isinstance(t, TensorType)
-            out.append(PointerArg(p, getattr(torch, _TORCH_DTYPES[t.dtype.name])))
+            out.append(PointerArg(p, getattr(torch, TORCH_NAMES[t.dtype.name])))
         return out
 
     def _note(self, meta: dict[str, dict[str, Any]], name: str, compiled: Any) -> None:

@@ -16,11 +16,11 @@ def host_tensor(x: np.ndarray) -> Any:
     `ml_dtypes` dtype) is viewed through its bytes as the torch fp8 dtype of the same bits."""
     import torch
 
-    from tilenest.ir.dtypes import from_numpy
+    from tilenest.ir.dtypes import TORCH_NAMES, from_numpy
 
     d = from_numpy(x.dtype)
     if d is not None and d.is_fp8:
-        return torch.from_numpy(x.view(np.uint8)).view(getattr(torch, _TORCH_FP8[d.name]))
+        return torch.from_numpy(x.view(np.uint8)).view(getattr(torch, TORCH_NAMES[d.name]))
     return torch.from_numpy(x)
 
 
@@ -31,9 +31,6 @@ def host_array(t: Any, like: np.ndarray) -> np.ndarray:
     if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
         return t.view(torch.uint8).numpy().view(like.dtype)
     return t.numpy()
-
-
-_TORCH_FP8 = {"f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
 
 
 def _root(x: np.ndarray) -> np.ndarray:
