@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tilenest.ir import ops
-from tilenest.ir.core import Function, Op
+from tilenest.ir.core import Function, Op, at_source
 
 
 def is_combining(op: Op) -> bool:
@@ -55,9 +55,7 @@ def combine_lines(fn: Function, realization: Callable[[ops.Combining], str]) -> 
     out = []
     for op in combining_writes(fn):
         kind = "scatter" if isinstance(op, ops.Scatter) else "store"
-        where = f" at {op.loc}" + (f" (`{op.loc.line.strip()}`)" if op.loc.line.strip()
-                                  else "") if op.loc is not None else ""
         tensor = next((p.name for p in fn.params if p.value is op.tensor), op.tensor.hint)
-        out.append(f"combining {kind}{where}: {tensor} {op.combine}, "
+        out.append(f"combining {kind}{at_source(op.loc)}: {tensor} {op.combine}, "
                    f"{op.contract or 'unordered'}: {realization(op)}")
     return out

@@ -24,6 +24,15 @@ class SourceLoc:
         return f"{self.filename}:{self.lineno}"
 
 
+def at_source(loc: SourceLoc | None) -> str:
+    """" at FILE:LINE (`the line`)" for diagnostics and explain() lines ("" without a
+    location; the line part only when the source line is known)."""
+    if loc is None:
+        return ""
+    source = loc.line.strip()
+    return f" at {loc}" + (f" (`{source}`)" if source else "")
+
+
 class Value:
     """An SSA value: an op result or a region argument. Identity is object identity."""
 

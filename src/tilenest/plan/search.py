@@ -37,7 +37,7 @@ from tilenest.analysis.trips import Trips, is_dynamic, trip_counts
 from tilenest.analysis.work import PACKET_LOCAL, ExecutionWork, extract_work
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir import ops
-from tilenest.ir.core import Function
+from tilenest.ir.core import Function, at_source
 from tilenest.plan.constraints import Constraints
 from tilenest.plan.cost import CostBreakdown, CostPolicy, checked_breakdown
 from tilenest.plan.records import (
@@ -401,11 +401,7 @@ def dynamic_trips(trips: dict[ops.RegionOp, Trips]) -> tuple[tuple[str, str], ..
     for op, t in trips.items():
         if not t.dynamic:
             continue
-        where = op.name
-        if op.loc is not None:
-            source = op.loc.line.strip()
-            where += f" at {op.loc}" + (f" (`{source}`)" if source else "")
-        out.append((where, t.describe()))
+        out.append((op.name + at_source(op.loc), t.describe()))
     return tuple(out)
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from tilenest.backends.reference.memory import Box, TensorArg, element_addresses
 from tilenest.errors import RaceError
 from tilenest.ir import ops
-from tilenest.ir.core import Op
+from tilenest.ir.core import Op, at_source
 
 _NONE = np.int32(-1)  # child ordinals fit in int32; halves the shadow memory
 
@@ -100,11 +100,7 @@ def _group_arguments(args: list[TensorArg]) -> dict[str, _Group]:
 
 def _describe_scope(op: ops.Parallel) -> str:
     dims = ", ".join(f"{d.describe()}: {e}" for d, e in op.domain)
-    where = ""
-    if op.loc is not None:
-        source = op.loc.line.strip()
-        where = f" at {op.loc}" + (f" (`{source}`)" if source else "")
-    return f"parallel ({dims}){where}"
+    return f"parallel ({dims}){at_source(op.loc)}"
 
 
 class RaceTracker:
