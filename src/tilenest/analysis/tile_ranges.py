@@ -21,7 +21,7 @@ from tilenest.ir.core import Function, Op, Region, Value
 from tilenest.ir.dtypes import DType
 from tilenest.ir.types import TileType
 
-_CACHE: dict[int, tuple[Region, dict[Value, bool]]] = {}
+_CACHE: dict[int, tuple[Region, dict[Value, Interval], dict[Value, bool]]] = {}
 _CACHE_LIMIT = 64
 
 _ARITH: dict[type[Op], Callable[[Interval, Interval], Interval]] = {
@@ -112,9 +112,19 @@ def _decide(op: Op, ranges: dict[Value, Interval], known: dict[Value, bool]) -> 
 def decided_masks(fn: Function) -> dict[Value, bool]:
     """Each bool Tile value of `fn` whose every element is the same constant in every
     program instance, with that constant (cached per function)."""
+    return _analysis(fn)[1]
+
+
+def integer_ranges(fn: Function) -> dict[Value, Interval]:
+    """Each integer Tile value of `fn` with a range bound over every element of every
+    program instance, whose arithmetic provably does not wrap in its type (cached)."""
+    return _analysis(fn)[0]
+
+
+def _analysis(fn: Function) -> tuple[dict[Value, Interval], dict[Value, bool]]:
     hit = _CACHE.get(id(fn.body))
     if hit is not None and hit[0] is fn.body:
-        return hit[1]
+        return hit[1], hit[2]
     index = index_ranges(fn)
     ranges: dict[Value, Interval] = {}
     known: dict[Value, bool] = {}
@@ -130,5 +140,5 @@ def decided_masks(fn: Function) -> dict[Value, bool]:
                 known[op.results[0]] = got
     if len(_CACHE) >= _CACHE_LIMIT:
         _CACHE.clear()
-    _CACHE[id(fn.body)] = (fn.body, known)
-    return known
+    _CACHE[id(fn.body)] = (fn.body, ranges, known)
+    return ranges, known

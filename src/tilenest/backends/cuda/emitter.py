@@ -96,6 +96,9 @@ class Emitter:
         self.barriers: set[Op] = set()
         # The split-K realization of the kernel being emitted (splitk.SplitEmit), if any.
         self.split: Any = None
+        # Masks decided in the loop part being emitted (`analysis.mask_split`), beside the
+        # ones decided in every program (`decided_masks`).
+        self.decided: dict[Value, bool] = {}
 
     # ------------------------------------------------------------------ text
     def fresh(self, hint: str = "v") -> str:

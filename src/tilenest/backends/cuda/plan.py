@@ -44,6 +44,9 @@ class CudaPlan:
     allow_fast_math: bool = False    # numerical policy: exp/log/sigmoid by ex2/lg2.approx
     split_k: int = 1                 # K loop of the split site over this many programs per
     #                                  output tile, summed in a second phase (splitk.py)
+    split_masks: bool = True         # a loop whose `where` masks are decided on a prefix of
+    #                                  its trips runs that part without the selects
+    #                                  (analysis/mask_split.py)
     element_grid: int = 0            # pointwise kernels: 0 = one Triton program per logical
     #                                  program; else program x element flattened into Triton
     #                                  programs of this many elements (element_grid.py)

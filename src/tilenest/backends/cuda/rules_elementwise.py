@@ -135,10 +135,17 @@ def _math(em: Emitter, op: ops.Unary) -> None:
 _CMP = {ops.Eq: "==", ops.Ne: "!=", ops.Lt: "<", ops.Le: "<=", ops.Gt: ">", ops.Ge: ">="}
 
 
+def _decision(em: Emitter, mask: Value) -> bool | None:
+    """The mask's constant value where it has one: in every program, or in the part of a
+    split loop being emitted (`analysis.mask_split`)."""
+    got = em.decided.get(mask)
+    return got if got is not None else decided_masks(em.fn).get(mask)
+
+
 @lowering(*_CMP)
 def _compare(em: Emitter, op: ops.Compare) -> None:
     a, b = _wide(em, op.lhs), _wide(em, op.rhs)
-    decided = decided_masks(em.fn).get(op.result)
+    decided = _decision(em, op.result)
     if decided is not None:  # fixed by the operands' ranges (analysis/tile_ranges.py)
         shape = list(_widest(a, b))
         _result(em, op, f"tl.full({shape}, {int(decided)}, tl.int1)", a, b)
@@ -149,8 +156,8 @@ def _compare(em: Emitter, op: ops.Compare) -> None:
 @lowering(ops.Where)
 def _where(em: Emitter, op: ops.Where) -> None:
     c, a, b = em.block(op.cond), em.block(op.a), em.block(op.b)
-    decided = decided_masks(em.fn).get(op.cond)
-    if decided is not None:  # a mask that is constant in every program: no select
+    decided = _decision(em, op.cond)
+    if decided is not None:  # a mask constant in every program (or loop part): no select
         chosen = a if decided else b
         shape = _widest(c, a, b)
         expr = chosen.name if chosen.padded == shape else \

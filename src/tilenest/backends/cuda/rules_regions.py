@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tilenest.analysis.index_ranges import I64_MAX
+from tilenest.analysis.mask_split import Linear, MaskSplit, mask_splits
 from tilenest.backends.cuda.emitter import Block, Emitter, Idx, const_idx
 from tilenest.backends.cuda.ordering import region_has_barrier
 from tilenest.backends.cuda.rules import lower_ops, lowering
@@ -175,7 +176,78 @@ def _loop(em: Emitter, op: ops.RegionOp) -> None:
         else:
             emit_combine(em, op, split)
         return
+    masks = mask_splits(em.fn).get(op) if getattr(em.facts.plan, "split_masks", False) \
+        else None
+    if masks is not None:
+        _mask_split_loop(em, op, masks, stages)
+        return
     carried_loop(em, op, stages=stages)
+
+
+def _linear(em: Emitter, form: Linear) -> tuple[str, int | None]:
+    """The loop-invariant part of `form` as an i64 expression, and its value when constant."""
+    if not form.terms:
+        return str(form.const), form.const
+    parts = [em.idx(v).expr if k == 1 else f"{em.idx(v).expr} * {k}" for v, k in form.terms]
+    if form.const:
+        parts.append(str(form.const))
+    return "(" + " + ".join(parts) + ")", None
+
+
+def _split_point(em: Emitter, split: MaskSplit, trips: Idx) -> str:
+    """The first trip past the decided prefix, clamped to [0, trips]: each mask's margin
+    e0 + g*s (g < 0) is >= 0 for s <= floor(e0 / -g); the least of those points + 1."""
+    points: list[str] = []
+    consts: list[int] = []
+    for d in split.masks:
+        expr, value = _linear(em, d.margin.with_step(0))
+        g = -d.margin.step
+        if value is not None:
+            consts.append(value // g + 1)
+        else:
+            points.append(f"tn_floordiv({expr}, {g}) + 1")
+    if consts:
+        points.append(str(min(consts)))
+    point = points[0]
+    for p in points[1:]:
+        point = f"tl.minimum({point}, {p})"
+    return em.assign(f"tl.minimum(tl.maximum({point}, 0), {trips.expr})", "split")
+
+
+def _mask_split_loop(em: Emitter, op: ops.RegionOp, split: MaskSplit, stages: int) -> None:
+    """The loop as two loops over its carried state (`analysis.mask_split`): the trips where
+    the split's masks are decided, emitted with each of those `where`s choosing its operand,
+    and the others as written."""
+    names = loop_carries(em, list(op.inits))
+    carries = [Block(nm, em.block(init).type, em.block(init).padded)
+               for nm, init in zip(names, op.inits, strict=True)]
+    (source,) = op.extent_sources()
+    trips = _extent(em, source)
+    point = _split_point(em, split, trips)
+    decided = {d.where.cond: d.value for d in split.masks}
+    parts = [("0", point, decided), (point, trips.expr, {})]
+    hi = None if trips.hi is None else max(0, trips.hi - 1)
+    for start, stop, known in parts:
+        if em.facts.interpret:
+            start, stop = f"tn_interp_int({start})", f"tn_interp_int({stop})"
+        var = em.fresh("k")
+        em.emit(f"for {var} in tl.range({start}, {stop}, num_stages={stages}):")
+        with em.indented():
+            idx = em.assign(f"tl.cast({var}, tl.int64)", "i")
+            em.env[op.coords[0]] = Idx(idx, 0, hi)
+            for arg, c in zip(op.carried, carries, strict=True):
+                em.env[arg] = c
+            saved = em.decided
+            em.decided = {**saved, **known}
+            try:
+                lower_ops(em, op.body.ops)
+            finally:
+                em.decided = saved
+            term = op.body.terminator
+            assert term is not None
+            update_carries(em, names, [em.block(v).name for v in term.operands])
+    for res, c in zip(op.results, carries, strict=True):
+        em.env[res] = c
 
 
 @lowering(ops.Parallel)

@@ -14,6 +14,7 @@ from dataclasses import fields
 from typing import Any
 
 from tilenest.analysis.combining import combine_lines
+from tilenest.analysis.mask_split import split_lines
 from tilenest.analysis.resources import ExecutionResources, ResourceLimits
 from tilenest.analysis.work import ExecutionWork
 from tilenest.backends.cuda import bound
@@ -105,6 +106,8 @@ def explain(fn: Function, plan: CudaPlan, info: GpuInfo | None = None,
     from tilenest.backends.cuda.rules_memory import describe_combine  # rules import late
 
     lines += combine_lines(fn, describe_combine)
+    if plan.split_masks:
+        lines += split_lines(fn)
     return "\n".join(lines)
 
 
