@@ -10,7 +10,8 @@ switches for the choices the fastest Triton attention kernels make:
   rounding is monotone), p = exp2(s * c - m) with c = scale * log2(e) (one FMA per score
   instead of a multiply, a subtract and a multiply);
 - `tma`: K and V (and Q) through device-side tensor descriptors (`tl.make_tensor_descriptor`);
-- `rev`: causal only; the heaviest query blocks are launched first.
+- `rev`: causal only; the heaviest query blocks are launched first;
+- `ws`: the key loops with `warp_specialize=True` (producer/consumer warp groups).
 
 Each variant runs at several (BM, BN, warps, stages) and is checked against SDPA. Prints
 one line per run and writes `$OUT/fa_variants.json`.
@@ -70,7 +71,8 @@ def _block(q, k_ptrs, v_ptrs, kd, vd, row0, k0, m_i, l_i, acc, rows, qk_scale,
 @triton.jit
 def fa_fwd(Q, K, V, O, sm_scale, S: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
            BN: tl.constexpr, STAGES: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr,
-           FOLD: tl.constexpr, TMA: tl.constexpr, REV: tl.constexpr, NBH: tl.constexpr):
+           FOLD: tl.constexpr, TMA: tl.constexpr, REV: tl.constexpr, NBH: tl.constexpr,
+           WS: tl.constexpr):
     bh = tl.program_id(0)
     nb = tl.num_programs(1)
     mb = nb - 1 - tl.program_id(1) if REV else tl.program_id(1)
@@ -102,18 +104,18 @@ def fa_fwd(Q, K, V, O, sm_scale, S: tl.constexpr, D: tl.constexpr, BM: tl.conste
         hi = tl.minimum(q0 + BM, S)
         if SPLIT:
             full = (q0 // BN) * BN
-            for k0 in tl.range(0, full, BN, num_stages=STAGES):
+            for k0 in tl.range(0, full, BN, num_stages=STAGES, warp_specialize=WS):
                 m_i, l_i, acc = _block(q, k_ptrs, v_ptrs, kd, vd, row0, k0, m_i, l_i, acc,
                                        rows, qk_scale, BN, D, False, FOLD, TMA)
-            for k0 in tl.range(full, hi, BN, num_stages=STAGES):
+            for k0 in tl.range(full, hi, BN, num_stages=STAGES, warp_specialize=WS):
                 m_i, l_i, acc = _block(q, k_ptrs, v_ptrs, kd, vd, row0, k0, m_i, l_i, acc,
                                        rows, qk_scale, BN, D, True, FOLD, TMA)
         else:
-            for k0 in tl.range(0, hi, BN, num_stages=STAGES):
+            for k0 in tl.range(0, hi, BN, num_stages=STAGES, warp_specialize=WS):
                 m_i, l_i, acc = _block(q, k_ptrs, v_ptrs, kd, vd, row0, k0, m_i, l_i, acc,
                                        rows, qk_scale, BN, D, True, FOLD, TMA)
     else:
-        for k0 in tl.range(0, S, BN, num_stages=STAGES):
+        for k0 in tl.range(0, S, BN, num_stages=STAGES, warp_specialize=WS):
             m_i, l_i, acc = _block(q, k_ptrs, v_ptrs, kd, vd, row0, k0, m_i, l_i, acc, rows,
                                    qk_scale, BN, D, False, FOLD, TMA)
     out = acc / l_i[:, None]
@@ -132,14 +134,14 @@ def main() -> None:
                   for _ in range(3)) for _ in range(2)]
     out = torch.empty_like(sets[0][0])
     rows = []
-    variants = {"base": {}, "fold": {"FOLD": 1}, "split": {"SPLIT": 1},
-                "split+fold": {"SPLIT": 1, "FOLD": 1},
+    variants = {"base": {}, "split": {"SPLIT": 1},
                 "split+fold+rev": {"SPLIT": 1, "FOLD": 1, "REV": 1},
-                "fold+tma": {"FOLD": 1, "TMA": 1},
-                "split+fold+tma": {"SPLIT": 1, "FOLD": 1, "TMA": 1},
-                "split+fold+tma+rev": {"SPLIT": 1, "FOLD": 1, "TMA": 1, "REV": 1}}
-    configs = [(128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3),
-               (128, 128, 8, 2), (64, 128, 4, 3)]
+                "ws": {"WS": 1}, "fold+ws": {"FOLD": 1, "WS": 1},
+                "fold+tma+ws": {"FOLD": 1, "TMA": 1, "WS": 1},
+                "split+fold+rev+ws": {"SPLIT": 1, "FOLD": 1, "REV": 1, "WS": 1},
+                "split+fold+tma+rev+ws": {"SPLIT": 1, "FOLD": 1, "TMA": 1, "REV": 1, "WS": 1}}
+    configs = [(128, 128, 8, 3), (128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 2),
+               (128, 128, 4, 2), (64, 64, 4, 3)]
     for causal in (False, True):
         ref = F.scaled_dot_product_attention(*sets[0], is_causal=causal).float()
         t = timer.device_ms(lambda i, c=causal: F.scaled_dot_product_attention(*sets[i],
@@ -165,13 +167,26 @@ def main() -> None:
             rows.append({"causal": causal, "variant": label, "ms": ms, "ratio": sdpa / ms,
                          "constants": {k: v for k, v in ck.constants.items()
                                        if k in ("BM", "BN")}})
+            if not causal:
+                continue
+            # The same pick with the masked-loop split off (CudaPlan.split_masks).
+            plan = ck.executable.plan.with_(split_masks=False)
+            fixed = {k: v for k, v in ck.constants.items() if k in ("BM", "BN")}
+            off = kern.compile(*sets[0], out, target="cuda", CAUSAL=causal, policy=policy,
+                               plan=plan, **fixed)
+            t = timer.device_ms(lambda i, ck=off: ck(*sets[i], out), 2)
+            print(f"causal={causal} {label} same pick, split_masks=False "
+                  f"{t['median_ms']:.3f} ms {sdpa / t['median_ms']:.2f}x SDPA", flush=True)
+            rows.append({"causal": causal, "variant": label + " no-split",
+                         "ms": t["median_ms"], "ratio": sdpa / t["median_ms"]})
         for name, flags in variants.items():
             if not causal and ("split" in name or "rev" in name):
                 continue
             for bm, bn, w, st in configs:
                 kw = dict(S=S, D=D, BM=bm, BN=bn, STAGES=st, CAUSAL=int(causal),
                           SPLIT=flags.get("SPLIT", 0), FOLD=flags.get("FOLD", 0),
-                          TMA=flags.get("TMA", 0), REV=flags.get("REV", 0), NBH=B * H)
+                          TMA=flags.get("TMA", 0), REV=flags.get("REV", 0), NBH=B * H,
+                          WS=bool(flags.get("WS", 0)))
                 grid = (B * H, S // bm)
 
                 def call(i: int, kw: dict = kw, grid: tuple = grid, w: int = w) -> None:
