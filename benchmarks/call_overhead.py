@@ -11,6 +11,8 @@ it is timed:
 - `tilenest compiled`: `ck(x, y, o)` of `ck = k.compile(x, y, o)`;
 - `tilenest binder`: `binder_for(ck)((x, y, o))`, the fast path alone (what `ck(...)` costs
   once the driver calls it first);
+- `tilenest compiled, triton launcher` (cuda): the same compiled call of a fresh kernel whose
+  launches use Triton's launcher instead of torch's static one (the A/B of that choice);
 - baselines: numpy `np.add(x, y, out=o)` and torch `torch.add(x, y, out=o)` on cpu; on cuda
   `torch.add(out=)` on CUDA tensors and a hand-written `@triton.jit` add launched through
   Triton's JIT.
@@ -235,6 +237,24 @@ def _triton_add() -> Callable[..., Any] | None:
     return launch
 
 
+def _with_tritons_launcher(consts: dict[str, Any], *args: Any) -> Call | None:
+    """The compiled add of a fresh kernel whose launches were primed with Triton's launcher
+    (`TILENEST_CUDA_LAUNCHER=triton` within this process: the A/B of the static launcher),
+    or None when the static launcher is not in use anyway."""
+    from tilenest.backends.cuda import launcher
+
+    if launcher.static_launcher() is None:
+        return None
+    saved, launcher._static = launcher._static, None
+    try:
+        ck = tn.kernel(add.fn).compile(*args, target="cuda", **consts)
+        ck(*args)
+        ck(*args)
+    finally:
+        launcher._static = saved
+    return lambda: ck(*args)
+
+
 def cuda_cases(torch: Any) -> list[Case]:
     n = 4096
     gen = torch.Generator(device="cpu").manual_seed(0)
@@ -245,6 +265,9 @@ def cuda_cases(torch: Any) -> list[Case]:
     for label, consts in (("add 4096 (planned)", {}), ("add 4096 (1 block)", {"BLOCK": 4096})):
         case = Case(label, add, [xc, yc, oc], oc, want, consts)
         case.add_tilenest("cuda")
+        triton_launched = _with_tritons_launcher(consts, xc, yc, oc)
+        if triton_launched is not None:
+            case.contenders["tilenest compiled, triton launcher"] = triton_launched
         case.contenders["torch"] = lambda: torch.add(xc, yc, out=oc)
         triton_add = _triton_add()
         if triton_add is not None:

@@ -16,6 +16,17 @@ the launch hooks must live in `triton.knobs.runtime`. When any of it is missing,
 first direct call fails before launching (a TypeError from a changed signature), every
 launch of that phase keeps going through the JITFunction: slower, never wrong.
 
+Where torch ships its C++ launcher of Triton kernels (`torch._C._StaticCudaLauncher`, what
+inductor launches cubins with), a direct call goes through it instead of Triton's Python
+launcher: one C call with Triton's loaded CUfunction, grid, warps and shared memory, the
+arguments as 64-bit integers plus the hidden scratch pointers the compiled kernel takes.
+It is used only when every condition it relies on is checked: the installed inductor wrapper
+makes that very call (`_STATIC_LAUNCH`, read from its source), every kernel argument is a
+pointer, the kernel needs no global or profile scratch memory, one CTA per program, no
+cooperative or programmatic-dependent launch, and no launch hook is installed at the call
+(then the call takes Triton's launcher, which feeds the hook). `TILENEST_CUDA_LAUNCHER=triton`
+turns it off (the A/B of `benchmarks/call_overhead.py`).
+
 Alignment matters because Triton specializes pointer arguments on 16-byte divisibility: a
 kernel compiled for aligned pointers must not get a misaligned one, so the (device,
 alignment) pair selects the compiled kernel.
@@ -24,6 +35,7 @@ alignment) pair selects the compiled kernel.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,6 +48,14 @@ _JIT_LAUNCH = ("kernel.run(grid_0,grid_1,grid_2,stream,kernel.function,kernel.pa
                "*bound_args.values())")
 
 _convention: bool | None = None
+
+# The line of inductor's StaticallyLaunchedTritonKernel.run that launches (whitespace
+# removed): the static launcher's argument order.
+_STATIC_LAUNCH = ("self.C_impl._launch_kernel(self.function,grid_x,grid_y,grid_z,"
+                  "self.num_warps,self.shared,arg_tys,args,stream,)")
+_STATIC_MODULES = ("torch._inductor.runtime.static_cuda_launcher",
+                   "torch._inductor.runtime.static_triton_launcher")
+_static: Any = False  # not yet looked up; then the launch function or None
 
 
 def direct_convention() -> bool:
@@ -60,6 +80,55 @@ def _detect_convention() -> bool:
                                   ("launch_enter_hook", "launch_exit_hook")):
         return False
     return _JIT_LAUNCH in "".join(source.split())
+
+
+def static_launcher() -> Any:
+    """torch's `_StaticCudaLauncher._launch_kernel` when it is installed with the argument
+    order checked (`_STATIC_LAUNCH`) and not turned off, else None (looked up once)."""
+    global _static
+    if _static is False:
+        _static = None if os.environ.get("TILENEST_CUDA_LAUNCHER") == "triton" \
+            else _find_static()
+    return _static
+
+
+def _find_static() -> Any:
+    import importlib
+
+    for name in _STATIC_MODULES:
+        try:
+            module = importlib.import_module(name)
+            source = inspect.getsource(module)
+            from torch._C import _StaticCudaLauncher
+        except (ImportError, AttributeError, OSError, TypeError):
+            continue
+        if _STATIC_LAUNCH in "".join(source.split()):
+            return getattr(_StaticCudaLauncher, "_launch_kernel", None)
+    return None
+
+
+def _static_args(compiled: Any, count: int) -> tuple[str, tuple[None, ...]] | None:
+    """The static launcher's argument type string for a kernel of `count` pointer arguments
+    and the hidden scratch arguments to append, or None when the kernel is not one it can
+    launch (see the module docstring)."""
+    try:
+        signature = compiled.src.signature
+        metadata = compiled.metadata
+    except AttributeError:
+        return None
+    types = [t for t in signature.values() if t != "constexpr"]
+    if len(types) != count or not all(isinstance(t, str) and t.startswith("*") for t in types):
+        return None
+    if getattr(metadata, "num_ctas", 1) != 1 or getattr(metadata, "launch_pdl", False) or \
+            getattr(metadata, "launch_cooperative_grid", False):
+        return None
+    hidden = []
+    for field in ("global_scratch_size", "profile_scratch_size"):
+        if hasattr(metadata, field):
+            if getattr(metadata, field):
+                return None
+            hidden.append(None)
+    return "K" * count + "O" * len(hidden), tuple(hidden)
 
 
 def _hook(chain: Any) -> Any:
@@ -104,6 +173,34 @@ def direct_call(compiled: Any, grid: tuple[int, int, int]) -> DirectCall | None:
     return call
 
 
+def static_call(compiled: Any, grid: tuple[int, int, int], count: int,
+                fallback: DirectCall) -> DirectCall | None:
+    """A direct call through torch's static launcher for a kernel of `count` pointer
+    arguments (`fallback`, Triton's launcher, while a launch hook is installed), or None."""
+    launch = static_launcher()
+    shape = _static_args(compiled, count) if launch is not None else None
+    if shape is None:
+        return None
+    types, hidden = shape
+    try:
+        from triton import knobs
+
+        function = int(compiled.function)
+        warps, shared = int(compiled.metadata.num_warps), int(compiled.metadata.shared)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+    hooks = knobs.runtime
+    g0, g1, g2 = grid
+
+    def call(stream: int, args: Sequence[Any]) -> None:
+        if _hook(hooks.launch_enter_hook) is None and _hook(hooks.launch_exit_hook) is None:
+            launch(function, g0, g1, g2, warps, shared, types, (*args, *hidden), stream)
+            return
+        fallback(stream, args)
+
+    return call
+
+
 class PointerArg:
     """A raw device address that Triton's JIT dispatch treats as a tensor of `dtype` (it
     specializes on `data_ptr()` and `dtype`; the launcher reads `data_ptr()`)."""
@@ -135,11 +232,15 @@ class PhaseLauncher:
         self.path = "jit"
         return self.kernel[(self.programs,)](*args, **self.options)
 
-    def prime(self, key: tuple[int, int], compiled: Any) -> None:
-        """Remember how to launch `compiled` directly for later calls with `key`."""
-        if key not in self.direct:
-            self.direct[key] = direct_call(compiled, self.grid) if compiled is not None \
-                else None
+    def prime(self, key: tuple[int, int], compiled: Any, count: int = -1) -> None:
+        """Remember how to launch `compiled` directly for later calls with `key` (through
+        torch's static launcher when it can launch this kernel of `count` arguments)."""
+        if key in self.direct:
+            return
+        call = direct_call(compiled, self.grid) if compiled is not None else None
+        if call is not None and count >= 0:
+            call = static_call(compiled, self.grid, count, call) or call
+        self.direct[key] = call
 
     def launch(self, key: tuple[int, int], stream: int, raw: Sequence[int],
                args: Callable[[], Sequence[Any]]) -> Any:
@@ -156,7 +257,7 @@ class PhaseLauncher:
                 # this key launches through the JITFunction from now on.
                 self.direct[key] = None
         compiled = self.jit(args())
-        self.prime(key, compiled)
+        self.prime(key, compiled, len(raw))
         return compiled
 
 
