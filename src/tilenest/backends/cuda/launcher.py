@@ -21,11 +21,11 @@ inductor launches cubins with), a direct call goes through it instead of Triton'
 launcher: one C call with Triton's loaded CUfunction, grid, warps and shared memory, the
 arguments as 64-bit integers plus the hidden scratch pointers the compiled kernel takes.
 It is used only when every condition it relies on is checked: the installed inductor wrapper
-makes that very call (`_STATIC_LAUNCH`, read from its source), every kernel argument is a
-pointer, the kernel needs no global or profile scratch memory, one CTA per program, no
-cooperative or programmatic-dependent launch, and no launch hook is installed at the call
-(then the call takes Triton's launcher, which feeds the hook). `TILENEST_CUDA_LAUNCHER=triton`
-turns it off (the A/B of `benchmarks/call_overhead.py`).
+makes that very call (`_STATIC_LAUNCH`, read from its source file without importing it),
+every kernel argument is a pointer, the kernel needs no global or profile scratch memory,
+one CTA per program, no cooperative or programmatic-dependent launch, and no launch hook
+installed at the call (then the call takes Triton's launcher, which feeds the hook).
+`TILENEST_CUDA_LAUNCHER=triton` turns it off (the A/B of `benchmarks/call_overhead.py`).
 
 Alignment matters because Triton specializes pointer arguments on 16-byte divisibility: a
 kernel compiled for aligned pointers must not get a misaligned one, so the (device,
@@ -53,8 +53,7 @@ _convention: bool | None = None
 # removed): the static launcher's argument order.
 _STATIC_LAUNCH = ("self.C_impl._launch_kernel(self.function,grid_x,grid_y,grid_z,"
                   "self.num_warps,self.shared,arg_tys,args,stream,)")
-_STATIC_MODULES = ("torch._inductor.runtime.static_cuda_launcher",
-                   "torch._inductor.runtime.static_triton_launcher")
+_STATIC_MODULES = ("static_cuda_launcher", "static_triton_launcher")  # torch/_inductor/runtime/
 _static: Any = False  # not yet looked up; then the launch function or None
 
 
@@ -93,14 +92,19 @@ def static_launcher() -> Any:
 
 
 def _find_static() -> Any:
-    import importlib
-
+    """The launch function, after reading the inductor wrapper's source from its file: the
+    module is never imported (importing torch._inductor costs seconds of a first compile)."""
+    try:
+        import torch
+        from torch._C import _StaticCudaLauncher
+    except (ImportError, AttributeError):
+        return None
+    runtime = os.path.join(os.path.dirname(torch.__file__), "_inductor", "runtime")
     for name in _STATIC_MODULES:
         try:
-            module = importlib.import_module(name)
-            source = inspect.getsource(module)
-            from torch._C import _StaticCudaLauncher
-        except (ImportError, AttributeError, OSError, TypeError):
+            with open(os.path.join(runtime, name + ".py"), encoding="utf-8") as f:
+                source = f.read()
+        except OSError:
             continue
         if _STATIC_LAUNCH in "".join(source.split()):
             return getattr(_StaticCudaLauncher, "_launch_kernel", None)
