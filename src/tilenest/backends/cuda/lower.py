@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from tilenest.analysis.trips import lengthening_axes
 from tilenest.analysis.uses import UseInfo
 from tilenest.backends.cuda.combine_phases import CombineEmit, combine_sites, emit_combine_kernel
 from tilenest.backends.cuda.element_grid import emit_kernel as emit_element_grid
@@ -345,6 +346,11 @@ def _kernel(fn: Function, name: str, facts: Facts, errors: list[str],
         gr = plan.group_rows if len(domain) >= 2 else 1
         for line in program_lines("pid", extents, order, gr, plan.group_columns, coords):
             em.emit(line)
+        if plan.heavy_first:
+            # Programs whose loops grow along an axis launch it descending (bijective: the
+            # instances are independent), so the longest start first (analysis.trips).
+            for a in lengthening_axes(parallel):
+                em.emit(f"{coords[a]} = {extents[a] - 1} - {coords[a]}")
         for arg, c, e in zip(parallel.coords, coords, extents, strict=True):
             em.env[arg] = Idx(c, 0, max(0, e - 1))
         lower_ops(em, body)

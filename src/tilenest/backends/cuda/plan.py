@@ -47,6 +47,9 @@ class CudaPlan:
     split_masks: bool = True         # a loop whose `where` masks are decided on a prefix of
     #                                  its trips runs that part without the selects
     #                                  (analysis/mask_split.py)
+    heavy_first: bool = True         # root axes along which programs' loops grow launch
+    #                                  descending: the longest programs start first
+    #                                  (analysis/trips.py lengthening_axes)
     element_grid: int = 0            # pointwise kernels: 0 = one Triton program per logical
     #                                  program; else program x element flattened into Triton
     #                                  programs of this many elements (element_grid.py)
