@@ -271,12 +271,13 @@ class CudaExecutable:
         build runs. `device`: the tensors' CUDA device index (None: the current
         device). Never synchronizes; raises BackendError for an earlier launch's run-time
         error (see the module docstring). Only when `accepts_pointers`."""
+        current = _current_device()
         if device is None:
-            device = _current_device()
+            device = current
         # The lane of a primed launch that needs no per-call state (no status slot, no
         # workspace): the direct calls and the shared status word, for the current stream.
         lane = self._lanes.get((device, aliased, alignment_key(ptrs)))
-        if lane is not None and _current_device() == device:
+        if lane is not None and current == device:
             calls, status = lane
             stream = _raw_stream(device)
             raw = [*ptrs, status]
