@@ -1,5 +1,5 @@
 """The data-dependent families of the H200 suite (issue 13): `jagged` (jagged mean over int32
-offsets) and `moe` (a top-2 MoE layer on a precomputed routing). cuda_suite.py registers them
+offsets) and `moe` (a top-2 MoE layer on a precomputed routing). cuda_cases.py registers them
 (`register`), so they run, list and plan like its own families:
 
     PYTHONPATH=src:. python -m benchmarks.cuda_suite --only jagged,moe [--out DIR]
@@ -42,7 +42,7 @@ DEVICE = "cuda"  # where the cases' tensors live (the tests build them on "cpu")
 
 
 def register(suite: ModuleType) -> None:
-    """Add the families to cuda_suite's tables (`suite` is that module, as it runs)."""
+    """Add the families to the suite's tables (`suite` is benchmarks.cuda_cases)."""
     suite.SPECS.update(
         jagged=[suite.Spec("jagged", "jagged_mean", dt, {"B": b, "N": n, "D": d})
                 for dt, b, n, d in JAGGED_SHAPES],

@@ -32,7 +32,7 @@ DEVICE = "cuda"
 
 
 def register(suite: ModuleType) -> None:
-    """Add the families to cuda_suite's tables (`suite` is that module)."""
+    """Add the families to the suite's tables (`suite` is benchmarks.cuda_cases)."""
     suite.SPECS.update(
         int8_gemm=[suite.Spec("int8_gemm", "int8_gemm", "f32", dict(GEMM_SHAPE))],
         fp8_gemm=[suite.Spec("fp8_gemm", "fp8_gemm", "bf16", dict(GEMM_SHAPE))],

@@ -1,6 +1,6 @@
 """The memory-bound and split-K families of issue 14 on the H200: `dropout` (tn.rand),
 `cumsum` (a scan across a serial carry) and `splitk` (the user-written split-K GEMM with a
-combining store). cuda_suite.py registers them (`register`), so they run, list and plan like
+combining store). cuda_cases.py registers them (`register`), so they run, list and plan like
 its own families:
 
     PYTHONPATH=src:. python -m benchmarks.cuda_suite --only dropout,cumsum,splitk [--out DIR]
@@ -36,7 +36,7 @@ COPY = "copy of the same bytes (bandwidth ceiling)"
 
 
 def register(suite: ModuleType) -> None:
-    """Add the families to cuda_suite's tables (`suite` is that module, as it runs)."""
+    """Add the families to the suite's tables (`suite` is benchmarks.cuda_cases)."""
     suite.SPECS.update(
         dropout=[suite.Spec("dropout", "dropout", "f32", {"M": m, "N": n})
                  for m, n in DROPOUT_SHAPES],

@@ -59,7 +59,7 @@ def test_nan_values_are_bit_patterns_not_globals() -> None:
     """A NaN fill or constant is written from its bit pattern: a NaN module global makes
     Triton refuse the kernel's second compilation ("Global variable ... has changed since we
     compiled this kernel": its check compares the globals with ==, and nan != nan; seen on
-    the H200 in tests/e2e/test_contract_suite.py::test_fill_values_are_exact)."""
+    the H200 in tests/e2e/test_contract_memory.py::test_fill_values_are_exact)."""
     import torch
 
     import tilenest as tn

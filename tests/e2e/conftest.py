@@ -1,4 +1,4 @@
-"""Harness of the contract suite (test_contract_suite.py) and the contract fuzzer
+"""Harness of the contract suite (test_contract_*.py, contract_common.py) and the contract fuzzer
 (tests/property/test_fuzz_contracts.py).
 
 Every kernel argument is a view of a flat buffer: a `Buffers` object holds the buffers (NaN

@@ -58,7 +58,7 @@ UNSUPPORTED: dict[str, int] = {}
 
 # Open bugs the fuzzer would find on every other example, so that it keeps looking for new
 # ones: (target, predicate on the program, reason). Each has a strict-xfail reproducer in
-# tests/e2e/test_contract_suite.py; when that one starts passing, delete the entry here.
+# tests/e2e/test_contract_*.py; when that one starts passing, delete the entry here.
 # scripts/fuzz.py --include-known ignores the table.
 KNOWN_BUGS: list[tuple[str, Any, str]] = [
     ("cpu", lambda p: p.structure == "root",

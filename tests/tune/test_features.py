@@ -165,7 +165,7 @@ def test_tuner_stores_features_that_price_as_predicted(monkeypatch: pytest.Monke
                                                        tmp_path: Path) -> None:
     from tilenest.backends.cpu.cost import CpuCostPolicy
     from tilenest.examples.common import Case
-    from tilenest.tune import measure, tuner
+    from tilenest.tune import check, measure
     from tilenest.tune.measure import Timing
 
     cache = tmp_path / "cache"
@@ -174,7 +174,7 @@ def test_tuner_stores_features_that_price_as_predicted(monkeypatch: pytest.Monke
     monkeypatch.delenv("TILENEST_TUNE", raising=False)
     monkeypatch.setitem(measure.TUNE_TIMING, "cpu", Timing(
         rounds=2, min_time_s=0.001, min_runs=2, max_runs=4, warmup_calls=1, pause_s=0.0))
-    monkeypatch.setattr(tuner, "MAX_ROTATION_BYTES", 1 << 20)
+    monkeypatch.setattr(check, "MAX_ROTATION_BYTES", 1 << 20)
     ex = EXAMPLES["softmax"]
     args = ex.prepare(np.random.default_rng(0), Case({"M": 24, "N": 40})).args
     result = ex.kernel.tune(*args, budget=4, target="cpu", progress=False)

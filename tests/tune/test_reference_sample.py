@@ -13,7 +13,7 @@ from tilenest.backends.reference.rules_regions import sample_instances
 from tilenest.errors import ArgumentError
 from tilenest.examples import EXAMPLES
 from tilenest.examples.common import Case
-from tilenest.tune import measure, tuner
+from tilenest.tune import check, measure, tuner
 from tilenest.tune.measure import Timing
 
 GEMM = EXAMPLES["gemm"]
@@ -60,18 +60,18 @@ def test_the_tuner_checks_a_large_problem_on_a_sample(monkeypatch: pytest.Monkey
     monkeypatch.delenv("TILENEST_TUNE", raising=False)
     monkeypatch.setitem(measure.TUNE_TIMING, "cpu", Timing(
         rounds=2, min_time_s=0.002, min_runs=2, max_runs=8, warmup_calls=1, pause_s=0.0))
-    monkeypatch.setattr(tuner, "MAX_ROTATION_BYTES", 1 << 20)
-    monkeypatch.setattr(tuner, "REFERENCE_INSTANCES", 3)
+    monkeypatch.setattr(check, "MAX_ROTATION_BYTES", 1 << 20)
+    monkeypatch.setattr(check, "REFERENCE_INSTANCES", 3)
     args = GEMM.prepare(np.random.default_rng(1), Case({"M": 200, "N": 190, "K": 33})).args
     plain = GEMM.kernel.compile(*args, target="cpu")
-    real = tuner.run_candidate
+    real = check.run_candidate
 
     def corrupt(compiled, tensors):  # the plain pick is wrong in its last (a corner) tile
         real(compiled, tensors)
         if compiled.plan == plain.plan and dict(compiled.constants) == dict(plain.constants):
             tensors[2][-1, -1] += 1.0
 
-    monkeypatch.setattr(tuner, "run_candidate", corrupt)
+    monkeypatch.setattr(check, "run_candidate", corrupt)
     result = GEMM.kernel.tune(*args, budget=3, target="cpu", progress=False)
     by_role = {r.role: r for r in result.rows}
     assert by_role["default"].status == "mismatch"

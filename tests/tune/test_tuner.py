@@ -14,7 +14,7 @@ import tilenest as tn
 from tilenest.errors import BackendError
 from tilenest.examples import EXAMPLES
 from tilenest.examples.common import Case
-from tilenest.tune import measure, tuner
+from tilenest.tune import check, measure, shortlist, tuner
 from tilenest.tune.db import TuningDB, TuningDBWarning
 from tilenest.tune.measure import Timing
 
@@ -32,7 +32,7 @@ def quick(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.setenv("TILENEST_CACHE_DIR", str(cache))
     monkeypatch.delenv("TILENEST_TUNE", raising=False)
     monkeypatch.setitem(measure.TUNE_TIMING, "cpu", QUICK)
-    monkeypatch.setattr(tuner, "MAX_ROTATION_BYTES", 1 << 20)
+    monkeypatch.setattr(check, "MAX_ROTATION_BYTES", 1 << 20)
 
 
 def _args(example, shape: dict[str, int], seed: int = 0) -> list:
@@ -104,7 +104,7 @@ def test_mismatching_and_raising_candidates_are_recorded_and_never_timed(
     args = _gemm_args()
     plain = GEMM.kernel.compile(*args, target="cpu")
     pick = {n: plain.constants[n] for n in GEMM.kernel.tunables}
-    real = tuner.run_candidate
+    real = check.run_candidate
     calls = {"wrong": 0}
 
     def corrupt(compiled, tensors):
@@ -116,7 +116,7 @@ def test_mismatching_and_raising_candidates_are_recorded_and_never_timed(
         elif same_values:
             raise RuntimeError("forced run failure")
 
-    monkeypatch.setattr(tuner, "run_candidate", corrupt)
+    monkeypatch.setattr(check, "run_candidate", corrupt)
     result = GEMM.kernel.tune(*args, budget=5, target="cpu", progress=False)
     by_role = {r.role: r for r in result.rows}
     default = by_role["default"]
@@ -132,7 +132,7 @@ def test_mismatching_and_raising_candidates_are_recorded_and_never_timed(
     assert all(statuses[r.candidate] == "run-error" for r in raising)
 
     # Correct now, but failed under this key before: timed, never the winner.
-    monkeypatch.setattr(tuner, "run_candidate", real)
+    monkeypatch.setattr(check, "run_candidate", real)
     again = GEMM.kernel.tune(*args, budget=5, target="cpu", progress=False)
     assert all(r.status == "ok" for r in again.rows)
     assert again.winner not in failed and any("earlier run" in n for n in again.notes)
@@ -159,8 +159,8 @@ def test_the_same_seed_gives_the_same_shortlist() -> None:
         # A fresh kernel object: no planner results cached between the runs.
         kernel = tn.kernel(GEMM.kernel.fn) if fresh else GEMM.kernel
         plain = kernel.compile(*args, target="cpu")
-        space = tuner._Space(kernel, tuple(args), "cpu", {}, {})
-        return [(e.constants, e.plan, e.role) for e in tuner.shortlist(space, plain, budget,
+        space = shortlist.Space(kernel, tuple(args), "cpu", {}, {})
+        return [(e.constants, e.plan, e.role) for e in shortlist.shortlist(space, plain, budget,
                                                                        seed)]
 
     first = entries(3, 8)
@@ -182,13 +182,13 @@ def test_the_same_seed_gives_the_same_shortlist() -> None:
 def test_fixed_constants_are_never_varied(monkeypatch: pytest.MonkeyPatch) -> None:
     args = _gemm_args()
     seen: set[tuple] = set()
-    real = tuner.run_candidate
+    real = check.run_candidate
 
     def record(compiled, tensors):
         seen.add((compiled.constants["BM"], compiled.constants["BK"]))
         real(compiled, tensors)
 
-    monkeypatch.setattr(tuner, "run_candidate", record)
+    monkeypatch.setattr(check, "run_candidate", record)
     result = GEMM.kernel.tune(*args, budget=3, target="cpu", progress=False, BM=32, BK=16)
     assert seen == {(32, 16)}
     assert all(set(dict(r.candidate.constants)) == {"BN"} for r in result.rows)
@@ -264,7 +264,7 @@ def test_tune_on_the_cuda_target_under_the_triton_interpreter(
     pytest.importorskip("triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
-    monkeypatch.setattr(tuner, "MAX_ROTATION_BYTES", 1)  # one input set: interpreted calls
+    monkeypatch.setattr(check, "MAX_ROTATION_BYTES", 1)  # one input set: interpreted calls
     monkeypatch.setitem(measure.TUNE_TIMING, "cpu", Timing(rounds=1, min_time_s=0.0,
                                                            min_runs=1, max_runs=1,
                                                            warmup_calls=1, pause_s=0.0))
