@@ -243,10 +243,10 @@ class Kernel:
 
     def _build_with(self, tensors: dict, key: tuple, consts: dict[str, Any], tgt: str,
                     options: dict[str, Any], opts: CompileOptions) -> CompiledKernel:
-        from tilenest.backends.registry import planner, preparer
+        from tilenest.backends.registry import has_planner, preparer
 
-        plan_one = planner(tgt)
-        if plan_one is not None:
+        plans = has_planner(tgt)
+        if plans:
             # A stored winner of the tuning database (TILENEST_TUNE), then a stored
             # planning decision of an earlier process (the plan cache).
             from tilenest.runtime.plan_cache import planned_build, remember
@@ -260,7 +260,7 @@ class Kernel:
                 return stored
         prepare = preparer(tgt)
         optkey = tuple(sorted(options.items()))
-        if plan_one is None or not any(isinstance(v, Tunable) for v in consts.values()):
+        if not plans or not any(isinstance(v, Tunable) for v in consts.values()):
             resolved = _with_defaults(consts)
             fn = self._function(tensors, key[0], resolved, opts)
             rkey = (key[0], _consts_key(resolved))
@@ -280,7 +280,7 @@ class Kernel:
             exe.extras["tunables"] = search
             resolved = {**consts, **search.selected}
             compiled = CompiledKernel(self, (key[0], _consts_key(resolved)), exe, options)
-        if plan_one is not None:
+        if plans:
             remember(self, tensors, key, consts, tgt, options, compiled)
         return compiled
 

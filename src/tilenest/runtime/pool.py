@@ -31,7 +31,6 @@ import functools
 import itertools
 import os
 import queue
-import statistics
 import threading
 import time
 import weakref
@@ -309,6 +308,8 @@ class WorkerPool:
             t0 = time.perf_counter()
             self.run(noop, 0, tasks, 1)
             samples.append((time.perf_counter() - t0) * 1e6)
+        import statistics  # imported on use: it brings decimal and fractions
+
         self.last_launch_overhead_estimate_us = statistics.median(samples)
         return self.last_launch_overhead_estimate_us
 
