@@ -77,18 +77,17 @@ def cpu_model() -> str:
 
 
 def _cpu_facts() -> tuple[str, str, str]:
-    from llvmlite import __version__ as llvmlite_version
-    from llvmlite import binding as llvm
+    from llvmlite import __version__ as llvmlite_version  # the package module, no LLVM
 
-    from tilenest.backends.cpu.jit import host_info
+    from tilenest.backends.cpu.host import host_info, llvm_version
     from tilenest.runtime.pool import env_num_threads
 
     host = host_info()
     features = hashlib.sha256(host.features.encode()).hexdigest()[:16]
     device = (f"{cpu_model()} | {host.cpu_name} | {host.vector_bits}-bit | features "
               f"{features} | {env_num_threads()} threads")
-    llvm_version = ".".join(map(str, llvm.llvm_version_info))
-    return device, "", f"llvmlite {llvmlite_version} (LLVM {llvm_version})"
+    llvm = ".".join(map(str, llvm_version()))
+    return device, "", f"llvmlite {llvmlite_version} (LLVM {llvm})"
 
 
 @functools.cache

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tilenest.backends.cpu.jit import compile_ir, host_info
+from tilenest.backends.cpu.host import host_info
 from tilenest.backends.cpu.launch import Build, CpuExecutable
 from tilenest.backends.cpu.lower import lower_function
+from tilenest.backends.cpu.objcache import load_or_compile
 from tilenest.backends.registry import Executable, plan_with
 from tilenest.driver.stages import Artifact, Stage, Work
 from tilenest.ir.core import Function
@@ -34,7 +35,7 @@ def _lower(work: Work) -> None:
 
 def _codegen(work: Work) -> None:
     lowered = work["lowered"]
-    work["compiled"] = compile_ir(lowered.llvm_ir, [p.name for p in lowered.phases])
+    work["compiled"] = load_or_compile(lowered.llvm_ir, [p.name for p in lowered.phases])
 
 
 def _load(work: Work) -> None:
