@@ -15,6 +15,12 @@ from tilenest.driver.stages import Artifact, Stage, Work, run_stages
 from tilenest.ir.core import Function
 from tilenest.ir.types import TensorType
 from tilenest.lang.kernel import KernelSignature
+from tilenest.lang.rewrite import set_code_store
+from tilenest.runtime.code_cache import DiskCodeStore
+
+# Rewritten kernel source is kept in the disk cache: a fresh process captures without
+# parsing and rewriting the kernel's source again.
+set_code_store(DiskCodeStore())
 
 
 def _capture(work: Work) -> None:
