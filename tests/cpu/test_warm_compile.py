@@ -154,13 +154,18 @@ def test_a_host_record_matches_llvms_detection(tmp_path: Path,
     if digest is None:
         pytest.skip("no /proc/cpuinfo or llvmlite library file: no record")
     disk = DiskCache.open(tmp_path / "c")
-    assert disk is not None and disk.load(digest, ["host"]) is not None
+    assert disk is not None and disk.load(digest, ["host"]) is None  # detecting stores nothing
+    host.record(disk)  # as the object cache does when it stores an object
+    assert host._decode(disk.load(digest, ["host"])["host"]) == found
+    monkeypatch.setattr(host, "_detected", {})
+    loads = host.stats.loads
+    assert host.detected() == found and host.stats.loads == loads + 1
     # An authenticated record that does not decode is evicted and LLVM detects again.
     disk.store(digest, {"host": b'{"triple": 1}'})
     monkeypatch.setattr(host, "_detected", {})
-    loads = host.stats.loads
-    assert host.detected() == found and host.stats.loads == loads
-    assert host._decode(disk.load(digest, ["host"])["host"]) == found  # stored again
+    detections = host.stats.detections
+    assert host.detected() == found and host.stats.detections == detections + 1
+    assert disk.load(digest, ["host"]) is None
 
 
 # -- the ELF loader against LLVM's own objects

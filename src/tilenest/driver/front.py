@@ -50,11 +50,18 @@ FRONT = (
 
 
 def capture_function(signature: KernelSignature, types: Mapping[str, TensorType],
-                     consts: dict[str, Any], options: CompileOptions) -> Function:
-    """Capture and verify one specialization: a verified Function."""
+                     consts: dict[str, Any], options: CompileOptions, *,
+                     verified: bool = True) -> Function:
+    """Capture and verify one specialization: a verified Function (`verified=False`: the
+    capture stage alone, for a Function that is only hashed until `verify_function`)."""
     work = Work(options)
     work["signature"], work["types"], work["consts"] = signature, types, consts
-    return run_stages(FRONT, work).fn
+    return run_stages(FRONT if verified else FRONT[:1], work).fn
+
+
+def verify_function(fn: Function, options: CompileOptions) -> Function:
+    """The stages after capture, for a Function captured with `verified=False`."""
+    return run_stages(FRONT[1:], Work(options, fn)).fn
 
 
 def pipeline(target: str) -> tuple[str, ...]:

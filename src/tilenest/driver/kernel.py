@@ -16,7 +16,7 @@ from typing import Any
 
 from tilenest.config import TARGET, TUNE
 from tilenest.driver.compiled import CompiledKernel
-from tilenest.driver.front import capture_function
+from tilenest.driver.front import capture_function, verify_function
 from tilenest.driver.options import CompileOptions, check_options, take_options
 from tilenest.errors import ArgumentError, BackendError, CaptureError, TileError
 from tilenest.ir.core import Function
@@ -115,6 +115,9 @@ class Kernel:
         self.const_params = self.signature.const_params
         self.tunables = self.signature.tunables
         self._functions: dict[tuple, Function] = {}
+        # Captured but not verified yet (`_function(verified=False)`: the structural key of
+        # the plan cache hashes the defaults' TileIR); verified when first used otherwise.
+        self._unverified: dict[tuple, Function] = {}
         self._compiled: _CompiledCache = _CompiledCache()
         # Planner output per (specialization key of one assignment, target, options): a
         # compile that fixes an assignment the tunable search already planned reuses it.
@@ -177,16 +180,27 @@ class Kernel:
         return tensors, consts, key
 
     def _function(self, tensors: dict[str, Any], tensor_key: tuple, consts: dict[str, Any],
-                  options: CompileOptions | None = None) -> Function:
+                  options: CompileOptions | None = None, *, verified: bool = True) -> Function:
         """The captured, verified Function for these tensors and fully resolved constants
-        (cached per key; a capture outside a compile reads the environment itself)."""
+        (cached per key; a capture outside a compile reads the environment itself).
+        `verified=False`: a Function only to be printed and hashed, verified (once) if a
+        later call needs it verified."""
         key = (tensor_key, _consts_key(consts))
         fn = self._functions.get(key)
+        if fn is not None:
+            return fn
+        opts = options or _COMPILING.get() or CompileOptions.from_call()
+        fn = self._unverified.get(key)
         if fn is None:
             types = {n: describe_tensor(tensors[n], n).type for n in self.tensor_params}
-            opts = options or _COMPILING.get() or CompileOptions.from_call()
-            fn = capture_function(self.signature, types, consts, opts)
+            fn = capture_function(self.signature, types, consts, opts, verified=verified)
+        elif verified:
+            fn = verify_function(fn, opts)
+        if verified:
+            self._unverified.pop(key, None)
             self._functions[key] = fn
+        else:
+            self._unverified[key] = fn
         return fn
 
     def capture(self, described: dict[str, TensorArg], consts: dict[str, Any]) -> Function:

@@ -145,7 +145,9 @@ def _structure(kernel: Any, tensors: dict, tensor_key: tuple, consts: dict[str, 
     from tilenest.driver.kernel import _with_defaults
     from tilenest.ir.printer import print_function
 
-    fn = kernel._function(tensors, tensor_key, _with_defaults(consts))
+    # Hashed only: verified if the call goes on to use it (a plan-cache hit whose stored
+    # assignment is not the defaults never does).
+    fn = kernel._function(tensors, tensor_key, _with_defaults(consts), verified=False)
     h = hashlib.sha256(print_function(fn).encode())
     for name, tunable in kernel.tunables.items():  # declaration order
         h.update(f"\ntunable {name} = {tunable!r}".encode())

@@ -8,9 +8,10 @@ kept in the cpu cache directory (authenticated, `runtime.cache.DiskCache`) under
 fingerprint of everything that decides them: each processor's /proc/cpuinfo block without
 its volatile lines (so vendor, family, model, stepping, microcode and the feature flags),
 the machine and platform, and the LLVM library (llvmlite's version, its shared library's
-path, size, modification time and inode). A process with the same fingerprint reads them
-back; a different CPU, a microcode or kernel update that changes the flags, or another
-llvmlite detects again. Without /proc/cpuinfo or that library file, every process detects.
+path, size, modification time and inode). The record is written when the object cache
+stores an object; a process with the same fingerprint reads it back; a different CPU, a
+microcode or kernel update that changes the flags, or another llvmlite detects again.
+Without /proc/cpuinfo or that library file, every process detects.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tilenest.config import CPU_FEATURES, CPU_NAME, VECTOR_BITS
 from tilenest.runtime.cache import DiskCache, component_dir
@@ -54,8 +55,7 @@ class HostInfo:
         return f"+{feature}" in self.features.split(",")
 
 
-@dataclass(frozen=True)
-class Detected:
+class Detected(NamedTuple):
     """What LLVM reports about this process's host, before the overrides."""
 
     triple: str
@@ -161,7 +161,7 @@ _detected: dict[str, Detected] = {}  # by cpu cache directory
 
 def detected() -> Detected:
     """LLVM's description of this host: read from the cache directory's record when one
-    matches, else detected (LLVM runs once per process) and recorded there."""
+    matches, else detected (LLVM runs once per process; `record` writes it down)."""
     where = component_dir("cpu")
     found = _detected.get(str(where))
     if found is None:
@@ -186,9 +186,18 @@ def _recorded(where: Path) -> Detected:
     if found is None:
         found = _detect()
         stats.detections += 1
-    if disk is not None and digest is not None and disk.store(digest, {_PART: _encode(found)}):
-        stats.stores += 1
     return found
+
+
+def record(disk: DiskCache) -> None:
+    """Write this process's host description into `disk` for later processes, unless it
+    holds it already (the object cache calls this when it stores an object: a compile that
+    caches nothing writes nothing)."""
+    digest = fingerprint()
+    if digest is None or disk.load(digest, [_PART]) is not None:
+        return
+    if disk.store(digest, {_PART: _encode(detected())}):
+        stats.stores += 1
 
 
 def llvm_version() -> tuple[int, ...]:

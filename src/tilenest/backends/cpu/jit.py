@@ -19,6 +19,7 @@ import llvmlite.binding as llvm
 
 from tilenest.backends.cpu.host import HostInfo as HostInfo
 from tilenest.backends.cpu.host import host_info as host_info
+from tilenest.backends.cpu.host import record as record_host
 from tilenest.backends.cpu.objcache import IR as _IR
 from tilenest.backends.cpu.objcache import OBJ as _OBJ
 from tilenest.backends.cpu.objcache import CacheStats as CacheStats
@@ -262,6 +263,7 @@ def compile_ir(llvm_ir: str, entry_points: list[str], *, opt_level: int = 3,
         _check_externals(obj, optimized)
         if disk is not None and cached is None:
             disk.store(key, {_IR: optimized.encode(), _OBJ: obj})
+            record_host(disk)  # later processes load this object without LLVM
         compiled = CompiledModule(_load_engine(obj, info, tm), optimized, entry_points, info,
                                   opt_level, key)
         _check_entry_points(compiled, entry_points)

@@ -21,7 +21,6 @@ import hashlib
 import os
 import struct
 import sys
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tilenest.backends.cpu.elf import ElfError, LoadedObject, load
@@ -50,12 +49,19 @@ class Module(Protocol):
     def assembly(self) -> str: ...
 
 
-@dataclass
 class CacheStats:
-    memory_hits: int = 0
-    disk_hits: int = 0
-    misses: int = 0
-    uncached: int = 0
+    """Object cache counters (a plain class: this module is imported by every compile)."""
+
+    def __init__(self, memory_hits: int = 0, disk_hits: int = 0, misses: int = 0,
+                 uncached: int = 0) -> None:
+        self.memory_hits, self.disk_hits = memory_hits, disk_hits
+        self.misses, self.uncached = misses, uncached
+
+    def __repr__(self) -> str:
+        return "CacheStats(" + ", ".join(f"{k}={v}" for k, v in vars(self).items()) + ")"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CacheStats) and vars(self) == vars(other)
 
 
 stats = CacheStats()

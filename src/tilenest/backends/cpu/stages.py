@@ -50,10 +50,17 @@ def _load(work: Work) -> None:
         extras={"executable": exe, "planning": work["planning"]})
 
 
+def render(result: Any) -> str:
+    """The planner's account of `result` (plan.explain, imported when an explanation is
+    first read)."""
+    from tilenest.plan.explain import render as render_result
+
+    return render_result(result)
+
+
 def _explanation(work: Work, phases: bool) -> str:
     """The planning explanation (rendered only when asked for: explain(), the plan dump)."""
     from tilenest.analysis.combining import combine_lines
-    from tilenest.plan.explain import render
     from tilenest.tune.profiles import profile_note
 
     result, info, chosen = work["planning"], work["info"], work["plan"]
