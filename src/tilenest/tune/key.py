@@ -15,7 +15,6 @@ import hashlib
 import json
 import platform
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any
 
 from tilenest.errors import TuneError
@@ -66,13 +65,12 @@ class TuneKey:
 @functools.cache
 def cpu_model() -> str:
     """The CPU's marketing name from /proc/cpuinfo (Linux), else platform.processor()."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() == "model name":
-                return value.strip()
-    except OSError:
-        pass
+    from tilenest.backends.cpu.host import cpuinfo_text  # read once, shared with the host
+
+    for line in cpuinfo_text().splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "model name":
+            return value.strip()
     return platform.processor() or platform.machine()
 
 
