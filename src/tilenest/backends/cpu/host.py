@@ -20,9 +20,9 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -38,9 +38,9 @@ _VOLATILE = frozenset({"processor", "cpu MHz", "bogomips", "BogoMIPS", "core id"
 _LIBRARIES = ("libllvmlite.so", "libllvmlite.dylib", "llvmlite.dll")
 
 
-@dataclass(frozen=True)
-class HostInfo:
-    """The CPU code is generated for: LLVM triple, cpu name, feature string, vector register."""
+class HostInfo(NamedTuple):
+    """The CPU code is generated for: LLVM triple, cpu name, feature string, vector register
+    (an immutable record; a NamedTuple, cheaper to define than a dataclass at import)."""
 
     triple: str
     cpu_name: str
@@ -114,7 +114,7 @@ def fingerprint() -> str | None:
     library = _llvm_library()
     if not blocks or library is None:
         return None
-    h = hashlib.sha256(f"{_HOST_FORMAT}\0{os.uname().machine}\0{sys.platform}\0{library}\0"
+    h = hashlib.sha256(f"{_HOST_FORMAT}\0{platform.machine()}\0{sys.platform}\0{library}\0"
                        .encode())
     for block in sorted(blocks):
         h.update(block.encode() + b"\0")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
+import platform
 import struct
 import sys
 from typing import Any, Protocol
@@ -124,7 +124,7 @@ class LoadedModule:
 
 
 def _elf_applies() -> bool:
-    return sys.platform.startswith("linux") and os.uname().machine == "x86_64"
+    return sys.platform.startswith("linux") and platform.machine() == "x86_64"
 
 
 _libraries: list[ctypes.CDLL] | None = None
