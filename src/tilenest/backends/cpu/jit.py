@@ -5,6 +5,8 @@ Flow of `compile_ir`: parse + verify → optimize with the new pass manager (O3 
 vectorizers on) → emit an object file with the host target machine → check its undefined
 symbols → load the object into a fresh MCJIT engine → check the entry points. A disk hit skips
 parsing, optimization and codegen: the cached object and optimized IR text are loaded directly.
+The cache's key, counters and in-memory modules live in objcache.py, which also loads a disk
+hit without LLVM where it can (the compile stages ask it first); the host is host.py.
 Non-goals: cross compilation, ORC/lazy compilation, linking modules together.
 """
 
