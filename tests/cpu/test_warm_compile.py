@@ -59,7 +59,10 @@ out = {"runs": search.planner_runs() - before, "plan_hits": plan_cache.stats.hit
        "code_hits": code_cache.stats.hits, "code_misses": code_cache.stats.misses,
        "detections": host.stats.detections, "host_loads": host.stats.loads,
        "object": vars(objcache.cache_stats()),
-       "llvm_imported": "llvmlite.binding" in sys.modules}
+       "llvm_imported": "llvmlite.binding" in sys.modules,
+       "imported": sorted(m for m in ("llvmlite.ir", "sqlite3", "tilenest.backends.cpu.target",
+                                      "tilenest.backends.cpu.cost", "tilenest.backends.cpu.emit",
+                                      "tilenest.tune.db") if m in sys.modules)}
 compiled(X, Y)
 want = np.exp(X.astype(np.float64)) * scale
 out["error"] = float(np.abs(Y - want).max() / np.abs(want).max())
@@ -107,6 +110,8 @@ def test_a_warm_compile_never_imports_llvm(cache: Path, tmp_path: Path) -> None:
     assert (warm["detections"], warm["host_loads"]) == (0, 1)
     assert warm["object"]["disk_hits"] == 1 and warm["object"]["misses"] == 0
     assert not warm["llvm_imported"]
+    # nor the planner's target module and cost model, the emitter, or sqlite
+    assert warm["imported"] == []
 
 
 @pytest.mark.parametrize("change", ["body", "constant", "dtype"])
