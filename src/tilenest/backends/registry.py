@@ -86,6 +86,12 @@ def planner(name: str) -> Planner | None:
     return None if loader is None else loader()
 
 
+def has_planner(name: str) -> bool:
+    """Whether the target plans (without importing its planner: a plan-cache hit plans
+    nothing and should not pay for the cost model and the search strategies)."""
+    return name in _PLANNERS
+
+
 def target_names() -> list[str]:
     return sorted(_TARGETS)
 

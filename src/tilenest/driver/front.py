@@ -15,6 +15,12 @@ from tilenest.driver.stages import Artifact, Stage, Work, run_stages
 from tilenest.ir.core import Function
 from tilenest.ir.types import TensorType
 from tilenest.lang.kernel import KernelSignature
+from tilenest.lang.rewrite import set_code_store
+from tilenest.runtime.code_cache import DiskCodeStore
+
+# Rewritten kernel source is kept in the disk cache: a fresh process captures without
+# parsing and rewriting the kernel's source again.
+set_code_store(DiskCodeStore())
 
 
 def _capture(work: Work) -> None:
@@ -44,11 +50,18 @@ FRONT = (
 
 
 def capture_function(signature: KernelSignature, types: Mapping[str, TensorType],
-                     consts: dict[str, Any], options: CompileOptions) -> Function:
-    """Capture and verify one specialization: a verified Function."""
+                     consts: dict[str, Any], options: CompileOptions, *,
+                     verified: bool = True) -> Function:
+    """Capture and verify one specialization: a verified Function (`verified=False`: the
+    capture stage alone, for a Function that is only hashed until `verify_function`)."""
     work = Work(options)
     work["signature"], work["types"], work["consts"] = signature, types, consts
-    return run_stages(FRONT, work).fn
+    return run_stages(FRONT if verified else FRONT[:1], work).fn
+
+
+def verify_function(fn: Function, options: CompileOptions) -> Function:
+    """The stages after capture, for a Function captured with `verified=False`."""
+    return run_stages(FRONT[1:], Work(options, fn)).fn
 
 
 def pipeline(target: str) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from tilenest.config import TARGET, TUNE
 from tilenest.driver.compiled import CompiledKernel
-from tilenest.driver.front import capture_function
+from tilenest.driver.front import capture_function, verify_function
 from tilenest.driver.options import CompileOptions, check_options, take_options
 from tilenest.errors import ArgumentError, BackendError, CaptureError, TileError
 from tilenest.ir.core import Function
@@ -115,6 +115,9 @@ class Kernel:
         self.const_params = self.signature.const_params
         self.tunables = self.signature.tunables
         self._functions: dict[tuple, Function] = {}
+        # Captured but not verified yet (`_function(verified=False)`: the structural key of
+        # the plan cache hashes the defaults' TileIR); verified when first used otherwise.
+        self._unverified: dict[tuple, Function] = {}
         self._compiled: _CompiledCache = _CompiledCache()
         # Planner output per (specialization key of one assignment, target, options): a
         # compile that fixes an assignment the tunable search already planned reuses it.
@@ -177,16 +180,27 @@ class Kernel:
         return tensors, consts, key
 
     def _function(self, tensors: dict[str, Any], tensor_key: tuple, consts: dict[str, Any],
-                  options: CompileOptions | None = None) -> Function:
+                  options: CompileOptions | None = None, *, verified: bool = True) -> Function:
         """The captured, verified Function for these tensors and fully resolved constants
-        (cached per key; a capture outside a compile reads the environment itself)."""
+        (cached per key; a capture outside a compile reads the environment itself).
+        `verified=False`: a Function only to be printed and hashed, verified (once) if a
+        later call needs it verified."""
         key = (tensor_key, _consts_key(consts))
         fn = self._functions.get(key)
+        if fn is not None:
+            return fn
+        opts = options or _COMPILING.get() or CompileOptions.from_call()
+        fn = self._unverified.get(key)
         if fn is None:
             types = {n: describe_tensor(tensors[n], n).type for n in self.tensor_params}
-            opts = options or _COMPILING.get() or CompileOptions.from_call()
-            fn = capture_function(self.signature, types, consts, opts)
+            fn = capture_function(self.signature, types, consts, opts, verified=verified)
+        elif verified:
+            fn = verify_function(fn, opts)
+        if verified:
+            self._unverified.pop(key, None)
             self._functions[key] = fn
+        else:
+            self._unverified[key] = fn
         return fn
 
     def capture(self, described: dict[str, TensorArg], consts: dict[str, Any]) -> Function:
@@ -243,10 +257,10 @@ class Kernel:
 
     def _build_with(self, tensors: dict, key: tuple, consts: dict[str, Any], tgt: str,
                     options: dict[str, Any], opts: CompileOptions) -> CompiledKernel:
-        from tilenest.backends.registry import planner, preparer
+        from tilenest.backends.registry import has_planner, preparer
 
-        plan_one = planner(tgt)
-        if plan_one is not None:
+        plans = has_planner(tgt)
+        if plans:
             # A stored winner of the tuning database (TILENEST_TUNE), then a stored
             # planning decision of an earlier process (the plan cache).
             from tilenest.runtime.plan_cache import planned_build, remember
@@ -260,7 +274,7 @@ class Kernel:
                 return stored
         prepare = preparer(tgt)
         optkey = tuple(sorted(options.items()))
-        if plan_one is None or not any(isinstance(v, Tunable) for v in consts.values()):
+        if not plans or not any(isinstance(v, Tunable) for v in consts.values()):
             resolved = _with_defaults(consts)
             fn = self._function(tensors, key[0], resolved, opts)
             rkey = (key[0], _consts_key(resolved))
@@ -280,7 +294,7 @@ class Kernel:
             exe.extras["tunables"] = search
             resolved = {**consts, **search.selected}
             compiled = CompiledKernel(self, (key[0], _consts_key(resolved)), exe, options)
-        if plan_one is not None:
+        if plans:
             remember(self, tensors, key, consts, tgt, options, compiled)
         return compiled
 

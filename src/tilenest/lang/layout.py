@@ -51,6 +51,14 @@ def _match(a: TileType | Layout, b: TileType | Layout) -> dict[int, int]:
     return pairs
 
 
+def _same_layout(a: TileType | Layout, b: TileType | Layout) -> bool:
+    """The same distinct dims in the same order with the same extents: every dim pairs with
+    itself, which is what `_match` and `_merge` would conclude."""
+    return (a.shape == b.shape and len(a.dims) == len(b.dims)
+            and all(d is e for d, e in zip(a.dims, b.dims, strict=True))
+            and len({id(d) for d in a.dims}) == len(a.dims))
+
+
 def broadcast_layouts(
     a: TileType | Layout, b: TileType | Layout
 ) -> tuple[Layout, tuple[int | None, ...], tuple[int | None, ...]]:
@@ -61,6 +69,9 @@ def broadcast_layouts(
     Otherwise `w + x` for an anonymous row `w` would come out transposed, and a later store,
     which pairs anonymous dims right-aligned, would silently transpose it back wrongly.
     """
+    if _same_layout(a, b):  # the common case (operands of one elementwise chain)
+        axes = tuple(range(len(a.dims)))
+        return Layout(tuple(a.dims), tuple(a.shape)), axes, axes
     pairs = _match(a, b)
     if len(pairs) == len(a.dims) < len(b.dims):
         layout, map_b, map_a = _merge(b, a, {j: i for i, j in pairs.items()})

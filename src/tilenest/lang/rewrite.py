@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import ast
 import builtins
+import hashlib
 import inspect
+import linecache
 import sys
 import textwrap
 from collections.abc import Callable
 from types import CodeType
-from typing import Any
+from typing import Any, Protocol
 
 from tilenest.errors import CaptureError
 from tilenest.ir.core import SourceLoc
@@ -273,6 +275,62 @@ def _drop_definition_time_expressions(args: ast.arguments) -> None:
 _FACTORIES: dict[tuple[CodeType, bool], CodeType] = {}
 
 
+class CodeStore(Protocol):
+    """Factory modules kept across processes (the driver installs one over the disk cache,
+    `runtime.code_cache`: this package imports nothing above tilenest.ir). `key` names
+    everything the factory depends on; `load` returns None for anything it cannot vouch
+    for."""
+
+    def load(self, key: str) -> CodeType | None: ...
+
+    def store(self, key: str, code: CodeType) -> None: ...
+
+
+_store: CodeStore | None = None
+
+
+def set_code_store(store: CodeStore | None) -> None:
+    """Install (or remove, None) the store of rewritten factory modules."""
+    global _store
+    _store = store
+
+
+def _source_key(fn: Callable[..., Any], is_kernel: bool) -> str | None:
+    """A digest of everything the factory module of `fn` depends on: the whole text of its
+    source file as `inspect.getsource` would read it (linecache), where the function starts,
+    its name and free variables, kernel or helper, and the Python version (the rewrite's own
+    code is keyed by the store). None when the source is unavailable."""
+    code = fn.__code__
+    try:
+        filename = inspect.getsourcefile(fn) or inspect.getfile(fn)
+    except TypeError:
+        return None
+    linecache.checkcache(filename)  # as inspect.getsource does: an edited file reads anew
+    lines = linecache.getlines(filename, fn.__globals__)
+    if not lines:
+        return None
+    h = hashlib.sha256(f"{sys.version}\0{filename}\0{code.co_filename}\0"
+                       f"{code.co_firstlineno}\0{code.co_qualname}\0{code.co_freevars}\0"
+                       f"{is_kernel}\0".encode())
+    for line in lines:
+        h.update(line.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+def _stored_factory_code(fn: Callable[..., Any], is_kernel: bool) -> CodeType | None:
+    """`_factory_code`, read from and written to the installed store when there is one."""
+    store = _store
+    key = _source_key(fn, is_kernel) if store is not None else None
+    if store is None or key is None:
+        return _factory_code(fn, is_kernel)
+    code = store.load(key)
+    if code is None:
+        code = _factory_code(fn, is_kernel)
+        if code is not None:
+            store.store(key, code)
+    return code
+
+
 def _factory_code(fn: Callable[..., Any], is_kernel: bool) -> CodeType | None:
     """The compiled module defining the rewritten function's factory, or None when the
     source is unavailable or is not a plain `def`."""
@@ -319,7 +377,7 @@ def rewrite_function(fn: Callable[..., Any], is_kernel: bool = False) -> Callabl
         return fn
     compiled = _FACTORIES.get((code, is_kernel))
     if compiled is None:
-        compiled = _factory_code(fn, is_kernel)
+        compiled = _stored_factory_code(fn, is_kernel)
         if compiled is None:
             return fn
         _FACTORIES[code, is_kernel] = compiled

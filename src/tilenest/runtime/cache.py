@@ -3,9 +3,10 @@ permission checks of those directories and files, atomic writes, and the authent
 cache (`DiskCache`) of the object, lowering and plan caches.
 
 Components (`component_dir`): "cpu" (objects and lowerings), "cuda" (generated Triton
-source), "plans" (planner decisions) and "tune" (the tuning database). The Triton source
-cache (backends/cuda/source_cache.py) and the tuning database (tune/db.py) use the same
-directory and file checks; each keeps its own file format.
+source), "plans" (planner decisions), "tune" (the tuning database) and "code" (rewritten
+kernel source, runtime/code_cache.py). The Triton source cache
+(backends/cuda/source_cache.py) and the tuning database (tune/db.py) use the same directory
+and file checks; each keeps its own file format.
 
 Layout: a key (a hex digest chosen by the caller) owns the files `<key>.<part>`. Each file is
 `MAGIC | HMAC-SHA256(secret; MAGIC, key, part, payload) | payload`, written to a temporary
@@ -55,7 +56,8 @@ DEFAULT_CPU_CACHE_DIR = DEFAULT_CACHE_ROOT / "cpu"
 # component -> its subdirectory (of the default root, of $TILENEST_CACHE_DIR). The cpu cache
 # keeps the layout it had before the other components: the variable names its directory.
 _COMPONENTS: dict[str, tuple[str, str]] = {
-    "cpu": ("cpu", ""), "cuda": ("cuda", "cuda"), "plans": ("", ""), "tune": ("", "")}
+    "cpu": ("cpu", ""), "cuda": ("cuda", "cuda"), "plans": ("", ""), "tune": ("", ""),
+    "code": ("", "")}
 
 _MAGIC = b"TNCACHE1"
 _MAC_SIZE = hashlib.sha256().digest_size

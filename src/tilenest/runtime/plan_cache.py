@@ -269,7 +269,7 @@ def _cpu_executable(fn: Any, plan: Any, options: dict[str, Any]) -> Any:
     `plan` (lower, codegen, load: dumped and checked between stages like a planned build),
     with no planner run (the record passed admission when it was stored under this same
     key)."""
-    from tilenest.backends.cpu.jit import host_info
+    from tilenest.backends.cpu.host import host_info
     from tilenest.backends.cpu.plan import CpuPlan, validate
     from tilenest.backends.cpu.stages import STAGES
     from tilenest.backends.registry import options_of

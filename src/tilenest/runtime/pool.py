@@ -30,15 +30,16 @@ import ctypes
 import functools
 import itertools
 import os
-import queue
-import statistics
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tilenest.config import NUM_THREADS
+
+if TYPE_CHECKING:
+    import queue
 
 PhaseFn = Callable[[int, int, int], Any]
 PHASE_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
@@ -228,6 +229,8 @@ class WorkerPool:
         _pools.add(self)
 
     def _fresh_state(self) -> None:
+        import queue  # imported on use: a compile served from the caches starts no pool
+
         self._launch_lock = threading.Lock()  # one launch at a time; others queue here
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -309,6 +312,8 @@ class WorkerPool:
             t0 = time.perf_counter()
             self.run(noop, 0, tasks, 1)
             samples.append((time.perf_counter() - t0) * 1e6)
+        import statistics  # imported on use: it brings decimal and fractions
+
         self.last_launch_overhead_estimate_us = statistics.median(samples)
         return self.last_launch_overhead_estimate_us
 

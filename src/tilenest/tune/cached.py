@@ -13,17 +13,21 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 import threading
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tilenest.config import TUNE
 from tilenest.errors import TileError, TuneError, user_frame
 from tilenest.lang.tunable import Tunable
 from tilenest.tune.candidate import TuneCandidate
-from tilenest.tune.db import TuningDB, TuningDBWarning
 from tilenest.tune.key import TARGET_FACTS, TuneKey, key_of
+from tilenest.tune.paths import database_path
+
+if TYPE_CHECKING:
+    from tilenest.tune.db import TuningDB
 
 # Options that fix (or re-rank) the realization themselves: the call asked for the planner's
 # own answer, so no stored winner replaces it.
@@ -53,6 +57,8 @@ def _tuning_key(digest: str) -> Iterator[bool]:
 
 def _warn(message: str) -> None:
     """A TuningDBWarning at the user's line that made the call (not at tilenest's frames)."""
+    from tilenest.tune.db import TuningDBWarning
+
     frame = user_frame()
     if frame is None:
         warnings.warn(message, TuningDBWarning, stacklevel=2)
@@ -94,6 +100,10 @@ def tuned_build(kernel: Any, tensors: dict, key: tuple, consts: dict[str, Any], 
     mode = TUNE.read()
     if mode == "off" or _OFF.get():
         return None
+    if mode != "measure" and not os.path.lexists(database_path()):
+        return None  # no database (the common case): sqlite is not even imported
+    from tilenest.tune.db import TuningDB
+
     db = TuningDB.default(create=mode == "measure")
     if db is None:
         return None
@@ -140,6 +150,8 @@ def _measure(kernel: Any, tensors: dict, consts: dict[str, Any], tgt: str,
             _warn(f"tilenest: TILENEST_TUNE=measure could not tune `{kernel.name}` "
                   f"({e.plain_message}); using the planner's pick")
             return None
+    from tilenest.tune.db import TuningDB
+
     db = TuningDB.default()
     return None if db is None else _winner(db, tkey)
 
@@ -151,6 +163,8 @@ def measured_lines(tkey: TuneKey | None, winner: TuneCandidate) -> str:
     """What the database measured under the key: the fastest candidates with the model's
     prediction beside the measured median, then the failures; every other choice of the
     space is unmeasured (the planner's costs below are the model's alone)."""
+    from tilenest.tune.db import TuningDB
+
     db = None if tkey is None else TuningDB.default(create=False)
     if db is None:
         return ""

@@ -34,6 +34,7 @@ from tilenest.errors import TuneError
 from tilenest.runtime.cache import component_dir, create_private, file_problem, secure_directory
 from tilenest.tune.candidate import TuneCandidate
 from tilenest.tune.key import TuneKey
+from tilenest.tune.paths import DB_NAME as DB_NAME
 from tilenest.tune.records import (
     EXPORT_FORMAT,
     ROLES,
@@ -46,7 +47,6 @@ from tilenest.tune.records import (
     sample_row,
 )
 
-DB_NAME = "tuning.sqlite3"
 BUSY_TIMEOUT_MS = 10_000
 _SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6

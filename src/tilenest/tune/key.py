@@ -15,7 +15,6 @@ import hashlib
 import json
 import platform
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any
 
 from tilenest.errors import TuneError
@@ -66,29 +65,27 @@ class TuneKey:
 @functools.cache
 def cpu_model() -> str:
     """The CPU's marketing name from /proc/cpuinfo (Linux), else platform.processor()."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() == "model name":
-                return value.strip()
-    except OSError:
-        pass
+    from tilenest.backends.cpu.host import cpuinfo_text  # read once, shared with the host
+
+    for line in cpuinfo_text().splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "model name":
+            return value.strip()
     return platform.processor() or platform.machine()
 
 
 def _cpu_facts() -> tuple[str, str, str]:
-    from llvmlite import __version__ as llvmlite_version
-    from llvmlite import binding as llvm
+    from llvmlite import __version__ as llvmlite_version  # the package module, no LLVM
 
-    from tilenest.backends.cpu.jit import host_info
+    from tilenest.backends.cpu.host import host_info, llvm_version
     from tilenest.runtime.pool import env_num_threads
 
     host = host_info()
     features = hashlib.sha256(host.features.encode()).hexdigest()[:16]
     device = (f"{cpu_model()} | {host.cpu_name} | {host.vector_bits}-bit | features "
               f"{features} | {env_num_threads()} threads")
-    llvm_version = ".".join(map(str, llvm.llvm_version_info))
-    return device, "", f"llvmlite {llvmlite_version} (LLVM {llvm_version})"
+    llvm = ".".join(map(str, llvm_version()))
+    return device, "", f"llvmlite {llvmlite_version} (LLVM {llvm})"
 
 
 @functools.cache
@@ -146,7 +143,9 @@ def _structure(kernel: Any, tensors: dict, tensor_key: tuple, consts: dict[str, 
     from tilenest.driver.kernel import _with_defaults
     from tilenest.ir.printer import print_function
 
-    fn = kernel._function(tensors, tensor_key, _with_defaults(consts))
+    # Hashed only: verified if the call goes on to use it (a plan-cache hit whose stored
+    # assignment is not the defaults never does).
+    fn = kernel._function(tensors, tensor_key, _with_defaults(consts), verified=False)
     h = hashlib.sha256(print_function(fn).encode())
     for name, tunable in kernel.tunables.items():  # declaration order
         h.update(f"\ntunable {name} = {tunable!r}".encode())

@@ -186,7 +186,7 @@ class CpuCostPolicy(CostPolicy):
                                 f"{sorted(WEIGHTS)}", loc=None)
         self.weights = {**WEIGHTS, **weights}
         if vector_registers is None:
-            from tilenest.backends.cpu.jit import host_info
+            from tilenest.backends.cpu.host import host_info
 
             vector_registers = 32 if host_info().vector_bits >= 512 else 16
         self.vector_registers = vector_registers

@@ -5,28 +5,33 @@ Flow of `compile_ir`: parse + verify → optimize with the new pass manager (O3 
 vectorizers on) → emit an object file with the host target machine → check its undefined
 symbols → load the object into a fresh MCJIT engine → check the entry points. A disk hit skips
 parsing, optimization and codegen: the cached object and optimized IR text are loaded directly.
+The cache's key, counters and in-memory modules live in objcache.py, which also loads a disk
+hit without LLVM where it can (the compile stages ask it first); the host is host.py.
 Non-goals: cross compilation, ORC/lazy compilation, linking modules together.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import struct
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
 
-import llvmlite
 import llvmlite.binding as llvm
 
-from tilenest.config import CPU_FEATURES, CPU_NAME, VECTOR_BITS
+from tilenest.backends.cpu.host import HostInfo as HostInfo
+from tilenest.backends.cpu.host import host_info as host_info
+from tilenest.backends.cpu.host import record as record_host
+from tilenest.backends.cpu.objcache import IR as _IR
+from tilenest.backends.cpu.objcache import OBJ as _OBJ
+from tilenest.backends.cpu.objcache import CacheStats as CacheStats
+from tilenest.backends.cpu.objcache import cache_key as cache_key
+from tilenest.backends.cpu.objcache import cache_stats as cache_stats
+from tilenest.backends.cpu.objcache import clear_memory_cache as clear_memory_cache
+from tilenest.backends.cpu.objcache import memory as _memory
+from tilenest.backends.cpu.objcache import stats as _stats
 from tilenest.errors import BackendError
 from tilenest.runtime.cache import DiskCache, component_dir
-
-_CACHE_FORMAT = "tilenest-cpu-jit-2"  # 2: parts carry a MAC (runtime/cache.py)
-_OBJ, _IR = "o", "ll"  # disk parts; the object is written last and marks a complete entry
 
 _lock = threading.RLock()  # LLVM initialization, compilation and the caches
 _initialized = False
@@ -94,87 +99,7 @@ def _ensure_llvm() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Host description
-
-
-@dataclass(frozen=True)
-class HostInfo:
-    """The CPU code is generated for: LLVM triple, cpu name, feature string, vector register."""
-
-    triple: str
-    cpu_name: str
-    features: str
-    vector_bits: int
-
-    def vector_width(self, bits_per_element: int) -> int:
-        """W: elements of `bits_per_element` bits in one vector register (at least 1)."""
-        return max(1, self.vector_bits // bits_per_element)
-
-    def has(self, feature: str) -> bool:
-        return f"+{feature}" in self.features.split(",")
-
-
-# Features whose presence needs wider vectors than a cap allows; disabling the root feature
-# alone is not enough, because LLVM re-enables it when a later `+dependent` implies it.
-_NEEDS_512 = ("avx512", "avx10", "amx", "evex512")
-_NEEDS_256 = ("avx", "fma", "f16c", "xop", "vaes", "vpclmulqdq", "sha512", "sm3", "sm4")
-
-
-def _apply_cap(feats: dict[str, bool], vector_bits: int) -> None:
-    prefixes = _NEEDS_512 if vector_bits < 512 else ()
-    if vector_bits < 256:
-        prefixes += _NEEDS_256
-    for name in feats:
-        if name.startswith(prefixes):
-            feats[name] = False
-
-
-def _vector_bits(feats: Mapping[str, bool]) -> int:
-    if feats.get("avx512f"):
-        return 512
-    if feats.get("avx2") or feats.get("avx"):
-        return 256
-    return 128
-
-
-def _flatten(feats: Mapping[str, bool]) -> str:
-    # Enables first, then disables, so a `-feature` also clears what LLVM would imply from it.
-    on = [f"+{k}" for k, v in sorted(feats.items()) if v]
-    off = [f"-{k}" for k, v in sorted(feats.items()) if not v]
-    return ",".join(on + off)
-
-
-_host_cache: dict[tuple[str | None, tuple[tuple[str, bool], ...], int | None], HostInfo] = {}
-
-
-def host_info() -> HostInfo:
-    """The host description, cached per value of the override variables:
-    `TILENEST_CPU_NAME` (cpu name), `TILENEST_CPU_FEATURES` (comma list of `+f`/`-f` applied on
-    top of the host's), `TILENEST_VECTOR_BITS` (cap: 128, 256 or 512; e.g. 256 turns off every
-    AVX-512 feature to emulate an AVX2 machine)."""
-    env = (CPU_NAME.read(), CPU_FEATURES.read(), VECTOR_BITS.read())  # validated there
-    cached = _host_cache.get(env)
-    if cached is not None:
-        return cached
-    cpu_env, feat_env, bits_env = env
-    _init_native_target()
-    feats: dict[str, bool] = dict(llvm.get_host_cpu_features())
-    feats.update(feat_env)
-    # Turning a root feature off turns off everything built on it.
-    if feats.get("avx512f") is False:
-        _apply_cap(feats, 256)
-    if feats.get("avx") is False:
-        _apply_cap(feats, 128)
-    if bits_env is not None:
-        _apply_cap(feats, bits_env)
-    info = HostInfo(
-        triple=llvm.get_process_triple(),
-        cpu_name=cpu_env or llvm.get_host_cpu_name(),
-        features=_flatten(feats),
-        vector_bits=_vector_bits(feats),
-    )
-    _host_cache[env] = info
-    return info
+# The host (backends/cpu/host.py) and the target machine
 
 
 def _target_machine(info: HostInfo, opt_level: int) -> llvm.TargetMachine:
@@ -296,41 +221,6 @@ class CompiledModule:
         return self._asm
 
 
-@dataclass
-class CacheStats:
-    memory_hits: int = 0
-    disk_hits: int = 0
-    misses: int = 0
-    uncached: int = 0
-
-
-_stats = CacheStats()
-_memory: dict[str, CompiledModule] = {}
-
-
-def cache_stats() -> CacheStats:
-    """A snapshot of the hit/miss counters since process start (or `clear_memory_cache`)."""
-    with _lock:
-        return CacheStats(**vars(_stats))
-
-
-def clear_memory_cache() -> None:
-    """Forget in-memory modules and reset the counters (the disk cache stays)."""
-    with _lock:
-        _memory.clear()
-        global _stats
-        _stats = CacheStats()
-
-
-def cache_key(llvm_ir: str, info: HostInfo, opt_level: int) -> str:
-    h = hashlib.sha256()
-    for part in (_CACHE_FORMAT, llvmlite.__version__, llvm.llvm_version_info, info.triple,
-                 info.cpu_name, info.features, opt_level, llvm_ir):
-        h.update(str(part).encode())
-        h.update(b"\0")
-    return h.hexdigest()
-
-
 def _load_engine(obj: bytes, info: HostInfo, tm: llvm.TargetMachine) -> llvm.ExecutionEngine:
     """An MCJIT engine over an empty module plus the object: nothing is compiled again."""
     shell = llvm.parse_assembly("")
@@ -375,6 +265,7 @@ def compile_ir(llvm_ir: str, entry_points: list[str], *, opt_level: int = 3,
         _check_externals(obj, optimized)
         if disk is not None and cached is None:
             disk.store(key, {_IR: optimized.encode(), _OBJ: obj})
+            record_host(disk)  # later processes load this object without LLVM
         compiled = CompiledModule(_load_engine(obj, info, tm), optimized, entry_points, info,
                                   opt_level, key)
         _check_entry_points(compiled, entry_points)

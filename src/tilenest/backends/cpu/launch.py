@@ -24,8 +24,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tilenest.backends.cpu.jit import CompiledModule, compile_ir, host_info
+from tilenest.backends.cpu.host import host_info
 from tilenest.backends.cpu.lower import LoweredModule, lower_function
+from tilenest.backends.cpu.objcache import Module, load_or_compile
 from tilenest.backends.cpu.plan import CpuPlan
 from tilenest.backends.cpu.stack import UNCHECKED_FRAME_BYTES, fits_on_this_thread
 from tilenest.errors import ArgumentError, BackendError
@@ -38,7 +39,7 @@ from tilenest.runtime.pool import PHASE_SIGNATURE, default_pool, run_on_known_st
 @dataclass
 class Build:
     lowered: LoweredModule
-    compiled: CompiledModule
+    compiled: Module
     entries: list[Any]
 
 
@@ -46,7 +47,7 @@ def _build(fn: Function, plan: CpuPlan, assume_no_alias: bool) -> Build:
     info = host_info()
     lowered = lower_function(fn, plan, info.vector_bits, assume_no_alias=assume_no_alias)
     names = [p.name for p in lowered.phases]
-    compiled = compile_ir(lowered.llvm_ir, names)
+    compiled = load_or_compile(lowered.llvm_ir, names)
     entries = [PHASE_SIGNATURE(compiled.address(n)) for n in names]
     return Build(lowered, compiled, entries)
 

@@ -33,7 +33,9 @@ from tilenest.runtime.cache import DiskCache, component_dir, source_fingerprint
 if TYPE_CHECKING:
     from tilenest.backends.cpu.emit import EmittedModule
 
-_LOWERING_FORMAT = "tilenest-cpu-lowering-1"
+# 2: the IR text follows the JSON fields raw (decoding megabytes as a JSON string costs
+# milliseconds of a compile served from the caches)
+_LOWERING_FORMAT = "tilenest-cpu-lowering-2"
 _PART = "lowered"  # `<key>.lowered` beside the object cache's `<key>.o` (other keys)
 MAX_ENTRY_BYTES = 64 << 20  # the IR text of a large kernel is a few MB
 
@@ -113,10 +115,11 @@ def lowering_key(fn: Function, plan: CpuPlan, vector_bits: int, assume_no_alias:
 
 
 def _encode(lowered: LoweredModule) -> bytes:
-    return json.dumps({"llvm_ir": lowered.llvm_ir,
-                       "phases": [asdict(p) for p in lowered.phases],
-                       "errors": lowered.errors,
-                       "streamed_loads": lowered.streamed_loads}).encode()
+    """The JSON fields, a NUL byte (never in JSON text nor in LLVM IR text), the IR text."""
+    fields = json.dumps({"phases": [asdict(p) for p in lowered.phases],
+                         "errors": lowered.errors,
+                         "streamed_loads": lowered.streamed_loads}).encode()
+    return fields + b"\0" + lowered.llvm_ir.encode()
 
 
 def _load(disk: DiskCache, key: str) -> LoweredModule | None:
@@ -135,12 +138,14 @@ def _load(disk: DiskCache, key: str) -> LoweredModule | None:
 def _decode(blob: bytes) -> LoweredModule:
     if len(blob) > MAX_ENTRY_BYTES:
         raise ValueError("implausible size")
-    data: Any = json.loads(blob.decode())
-    if not isinstance(data, dict) or set(data) != {"llvm_ir", "phases", "errors",
-                                                   "streamed_loads"}:
+    fields, nul, ir = blob.partition(b"\0")
+    if not nul or b"\0" in ir:
+        raise ValueError("not fields and IR text")
+    data: Any = json.loads(fields.decode())
+    if not isinstance(data, dict) or set(data) != {"phases", "errors", "streamed_loads"}:
         raise ValueError("other fields")
-    text, errors, streamed = data["llvm_ir"], data["errors"], data["streamed_loads"]
-    if (not isinstance(text, str) or not isinstance(errors, list)
+    text, errors, streamed = ir.decode(), data["errors"], data["streamed_loads"]
+    if (not isinstance(errors, list)
             or not all(isinstance(e, str) for e in errors)
             or type(streamed) is not int or not isinstance(data["phases"], list)):
         raise ValueError("fields of other types")

@@ -7,17 +7,25 @@ The explanation is rendered only when asked for (explain(), the plan dump).
 
 from __future__ import annotations
 
-from tilenest.analysis.combining import combine_lines
-from tilenest.backends.cpu.jit import compile_ir, host_info
+from typing import Any
+
+from tilenest.backends.cpu.host import host_info
 from tilenest.backends.cpu.launch import Build, CpuExecutable
 from tilenest.backends.cpu.lower import lower_function
-from tilenest.backends.cpu.target import plan_cpu
+from tilenest.backends.cpu.objcache import load_or_compile
 from tilenest.backends.registry import Executable, plan_with
 from tilenest.driver.stages import Artifact, Stage, Work
+from tilenest.ir.core import Function
 from tilenest.numerics import as_policy
-from tilenest.plan.explain import render
 from tilenest.runtime.pool import PHASE_SIGNATURE
-from tilenest.tune.profiles import profile_note
+
+
+def _plan_cpu(fn: Function, options: dict[str, Any]) -> tuple[Any, Any]:
+    # Imported on first use: a plan-cache hit runs the stages after `plan` only, and the
+    # planner's module brings the cost model and the search strategies.
+    from tilenest.backends.cpu.target import plan_cpu
+
+    return plan_cpu(fn, options)
 
 
 def _lower(work: Work) -> None:
@@ -27,7 +35,7 @@ def _lower(work: Work) -> None:
 
 def _codegen(work: Work) -> None:
     lowered = work["lowered"]
-    work["compiled"] = compile_ir(lowered.llvm_ir, [p.name for p in lowered.phases])
+    work["compiled"] = load_or_compile(lowered.llvm_ir, [p.name for p in lowered.phases])
 
 
 def _load(work: Work) -> None:
@@ -42,8 +50,19 @@ def _load(work: Work) -> None:
         extras={"executable": exe, "planning": work["planning"]})
 
 
+def render(result: Any) -> str:
+    """The planner's account of `result` (plan.explain, imported when an explanation is
+    first read)."""
+    from tilenest.plan.explain import render as render_result
+
+    return render_result(result)
+
+
 def _explanation(work: Work, phases: bool) -> str:
     """The planning explanation (rendered only when asked for: explain(), the plan dump)."""
+    from tilenest.analysis.combining import combine_lines
+    from tilenest.tune.profiles import profile_note
+
     result, info, chosen = work["planning"], work["info"], work["plan"]
     host = host_info()
     policy = as_policy(work.options.policy)
@@ -69,7 +88,7 @@ def _loaded(work: Work) -> str:
 
 
 STAGES = (
-    Stage("plan", plan_with(plan_cpu),
+    Stage("plan", plan_with(_plan_cpu),
           (Artifact("plan", "txt", lambda w: _explanation(w, phases=False)),)),
     Stage("lower", _lower, (Artifact("llvm", "ll", lambda w: w["lowered"].llvm_ir),)),
     Stage("codegen", _codegen, (Artifact("llvm-opt", "ll", lambda w: w["compiled"].llvm_ir),)),

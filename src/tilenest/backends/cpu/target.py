@@ -32,7 +32,7 @@ from tilenest.backends.cpu.cost import CpuCostPolicy as CpuCostPolicy
 from tilenest.backends.cpu.cost import SeedCostPolicy as SeedCostPolicy
 from tilenest.backends.cpu.families import FamilyChoice
 from tilenest.backends.cpu.families import choose as choose_families
-from tilenest.backends.cpu.jit import host_info
+from tilenest.backends.cpu.host import host_info
 from tilenest.backends.cpu.plan import CpuPlan, default_partitions, validate
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir import ops
