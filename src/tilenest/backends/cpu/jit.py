@@ -1,10 +1,11 @@
 """LLVM IR text → optimized native code in this process (llvmlite MCJIT), with a content-keyed
 memory and disk cache and a check that every external symbol resolves before anything runs.
 
-Flow of `compile_ir`: parse + verify → optimize with the new pass manager (O3 pipeline,
-vectorizers on) → emit an object file with the host target machine → check its undefined
-symbols → load the object into a fresh MCJIT engine → check the entry points. A disk hit skips
-parsing, optimization and codegen: the cached object and optimized IR text are loaded directly.
+Flow of `compile_ir`: parse + verify → optimize with the new pass manager (`Pipeline`: for
+kernels the O2 pipeline, vectorizers on) → emit an object file with the host target machine →
+check its undefined symbols → load the object into a fresh MCJIT engine → check the entry
+points. A disk hit skips parsing, optimization and codegen: the cached object and optimized
+IR text are loaded directly.
 Non-goals: cross compilation, ORC/lazy compilation, linking modules together.
 """
 
@@ -198,14 +199,54 @@ def _parse(llvm_ir: str) -> llvm.ModuleRef:
     return mod
 
 
-def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int) -> None:
-    if opt_level <= 0:
+@dataclass(frozen=True)
+class Pipeline:
+    """The LLVM passes a module goes through: the new pass manager's default pipeline at
+    `speed_level` with its loop/SLP vectorizers, unroller and interleaver switched as given,
+    then the target machine's code generation at `codegen_level`."""
+
+    speed_level: int
+    loop_vectorization: bool
+    slp_vectorization: bool
+    loop_unrolling: bool
+    loop_interleaving: bool
+    codegen_level: int
+
+    def describe(self) -> str:
+        flags = "".join("+" if on else "-" for on in (
+            self.loop_vectorization, self.slp_vectorization, self.loop_unrolling,
+            self.loop_interleaving))
+        return (f"O{self.speed_level} lv/slp/unroll/interleave {flags} "
+                f"codegen O{self.codegen_level}")
+
+
+# opt_level -> pipeline. Kernels compile at opt_level 3, which runs the O2 pipeline (with the
+# loop and SLP vectorizers, unroller and interleaver) and O3 code generation: the emitter
+# writes its vector code itself, and O3's extra passes (full unrolling of the packing and
+# microkernel loops at twice O2's threshold, non-trivial unswitching) only grew the modules:
+# LLVM time 2-12x on the gemm family and attention for kernel times within noise
+# (benchmarks/cpu_pipeline_ab.py, issue 11).
+PIPELINES: dict[int, Pipeline] = {
+    0: Pipeline(0, False, False, False, False, 0),
+    1: Pipeline(1, True, True, True, True, 1),
+    2: Pipeline(2, True, True, True, True, 2),
+    3: Pipeline(2, True, True, True, True, 3),
+}
+
+
+def pipeline_for(opt_level: int) -> Pipeline:
+    """The pipeline `compile_ir(..., opt_level=...)` runs (part of the object cache key)."""
+    return PIPELINES[min(max(opt_level, 0), 3)]
+
+
+def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, pipeline: Pipeline) -> None:
+    if pipeline.speed_level <= 0:
         return
-    pto = llvm.create_pipeline_tuning_options(speed_level=min(opt_level, 3))
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pto.loop_unrolling = True
-    pto.loop_interleaving = True
+    pto = llvm.create_pipeline_tuning_options(speed_level=pipeline.speed_level)
+    pto.loop_vectorization = pipeline.loop_vectorization
+    pto.slp_vectorization = pipeline.slp_vectorization
+    pto.loop_unrolling = pipeline.loop_unrolling
+    pto.loop_interleaving = pipeline.loop_interleaving
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
 
@@ -291,7 +332,7 @@ class CompiledModule:
         """Host assembly of the optimized IR, generated on first request."""
         if self._asm is None:
             with _lock:
-                tm = _target_machine(self.host, self.opt_level)
+                tm = _target_machine(self.host, pipeline_for(self.opt_level).codegen_level)
                 self._asm = tm.emit_assembly(llvm.parse_assembly(self.llvm_ir))
         return self._asm
 
@@ -323,9 +364,11 @@ def clear_memory_cache() -> None:
 
 
 def cache_key(llvm_ir: str, info: HostInfo, opt_level: int) -> str:
+    """The object's key: everything that decides the bytes of the compiled object, the
+    pipeline's passes included (a changed pipeline never loads an object of another)."""
     h = hashlib.sha256()
     for part in (_CACHE_FORMAT, llvmlite.__version__, llvm.llvm_version_info, info.triple,
-                 info.cpu_name, info.features, opt_level, llvm_ir):
+                 info.cpu_name, info.features, pipeline_for(opt_level).describe(), llvm_ir):
         h.update(str(part).encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -357,7 +400,8 @@ def compile_ir(llvm_ir: str, entry_points: list[str], *, opt_level: int = 3,
             return hit
         disk = DiskCache.open(component_dir("cpu")) if cache else None  # None: refused or unusable
         cached = _load_cached(disk, key) if disk is not None else None
-        tm = _target_machine(info, opt_level)
+        pipeline = pipeline_for(opt_level)
+        tm = _target_machine(info, pipeline.codegen_level)
         if cached is not None:
             obj, optimized = cached
             _stats.disk_hits += 1
@@ -365,7 +409,7 @@ def compile_ir(llvm_ir: str, entry_points: list[str], *, opt_level: int = 3,
             mod = _parse(llvm_ir)
             mod.triple = info.triple
             mod.data_layout = str(tm.target_data)
-            _optimize(mod, tm, opt_level)
+            _optimize(mod, tm, pipeline)
             optimized = str(mod)
             obj = tm.emit_object(mod)
             if cache:
