@@ -138,7 +138,7 @@ def _fast_axis(em: Emitter, op: ops.Reduce, take: ops.Take, state: ClosedState) 
         _finish_row(em, name, t.dtype, parts, n, lambda i: scalar(coords, c64(i)),
                     init.load(b, coords, None), lambda v: out.store(b, coords, None, v))
 
-    em.for_each(t.shape, True, row)
+    em.for_each(t.shape, True, row, work=min(n, p))
     em.env[op.results[0]] = out
     return True
 
@@ -272,7 +272,7 @@ def materialize_with_reduction(em: Emitter, v: Value, r: Recipe) -> Arr | None:
         b.store(acc, b.bitcast(ptr, vec_t.as_pointer())).align = 4
 
     hints, em.math_hints = em.math_hints, False
-    em.for_each(t.shape[:-1], True, row)
+    em.for_each(t.shape[:-1], True, row, work=min(n, p))
     em.math_hints = hints
     em.fused_partials[red] = (partials, dst)
     return dst
@@ -296,7 +296,7 @@ def _finish_fused(em: Emitter, op: ops.Reduce) -> None:
         _finish_row(em, name, t.dtype, parts, n, lambda i: x.load(b, coords + [c64(i)], None),
                     init.load(b, coords, None), lambda v: out.store(b, coords, None, v))
 
-    em.for_each(t.shape, True, row)
+    em.for_each(t.shape, True, row, work=min(n, p))
     em.env[op.results[0]] = out
 
 
