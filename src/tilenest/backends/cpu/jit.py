@@ -2,7 +2,7 @@
 memory and disk cache and a check that every external symbol resolves before anything runs.
 
 Flow of `compile_ir`: parse + verify → optimize with the new pass manager (`Pipeline`: for
-kernels the O2 pipeline, vectorizers on) → emit an object file with the host target machine →
+kernels the O3 pipeline, vectorizers on) → emit an object file with the host target machine →
 check its undefined symbols → load the object into a fresh MCJIT engine → check the entry
 points. A disk hit skips parsing, optimization and codegen: the cached object and optimized
 IR text are loaded directly.
@@ -220,17 +220,16 @@ class Pipeline:
                 f"codegen O{self.codegen_level}")
 
 
-# opt_level -> pipeline. Kernels compile at opt_level 3, which runs the O2 pipeline (with the
-# loop and SLP vectorizers, unroller and interleaver) and O3 code generation: the emitter
-# writes its vector code itself, and O3's extra passes (full unrolling of the packing and
-# microkernel loops at twice O2's threshold, non-trivial unswitching) only grew the modules:
-# LLVM time 2-12x on the gemm family and attention for kernel times within noise
-# (benchmarks/cpu_pipeline_ab.py, issue 11).
+# opt_level -> pipeline. Kernels compile at opt_level 3: the O3 pipeline. The O2 pipeline
+# (same vectorizers, O3 codegen) cuts LLVM time 2-12x on the gemm family and was 2-3x faster
+# on masked_softmax, flash_attention, jagged_mean, but measured ~5% slower on softmax
+# 8192x1024 and gemm 1000x1030x999 (benchmarks/cpu_pipeline_ab.py, results
+# cpu-pipeline-ab-20261202T133205), over issue 11's 3% bar: not switched yet.
 PIPELINES: dict[int, Pipeline] = {
     0: Pipeline(0, False, False, False, False, 0),
     1: Pipeline(1, True, True, True, True, 1),
     2: Pipeline(2, True, True, True, True, 2),
-    3: Pipeline(2, True, True, True, True, 3),
+    3: Pipeline(3, True, True, True, True, 3),
 }
 
 
