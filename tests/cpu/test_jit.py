@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -175,6 +176,26 @@ def test_cache_key_depends_on_features_and_opt_level(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("TILENEST_VECTOR_BITS", "128")
     assert jit.host_info().features != info.features
     assert jit.cache_key(DOUBLE_IR, jit.host_info(), 3) != key
+
+
+def test_cache_key_depends_on_the_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A changed pipeline (what opt_level 3 runs) never loads an object of another."""
+    info = jit.host_info()
+    key = jit.cache_key(DOUBLE_IR, info, 3)
+    now = jit.pipeline_for(3)
+    for change in ({"speed_level": 2 if now.speed_level == 3 else 3}, {"loop_unrolling": False},
+                   {"codegen_level": 1}):
+        monkeypatch.setitem(jit.PIPELINES, 3, replace(now, **change))
+        assert jit.cache_key(DOUBLE_IR, info, 3) != key
+    monkeypatch.setitem(jit.PIPELINES, 3, now)
+    assert jit.cache_key(DOUBLE_IR, info, 3) == key
+
+
+def test_pipelines_of_every_level_compile(fresh_cache: Path) -> None:
+    for level in range(4):
+        module = jit.compile_ir(DOUBLE_IR, ["double_index"], opt_level=level)
+        assert module.address("double_index")
+    assert len({jit.pipeline_for(level).describe() for level in range(4)}) == 4
 
 
 def test_vector_width_matches_features() -> None:

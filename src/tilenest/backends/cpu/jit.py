@@ -1,12 +1,13 @@
 """LLVM IR text → optimized native code in this process (llvmlite MCJIT), with a content-keyed
 memory and disk cache and a check that every external symbol resolves before anything runs.
 
-Flow of `compile_ir`: parse + verify → optimize with the new pass manager (O3 pipeline,
-vectorizers on) → emit an object file with the host target machine → check its undefined
-symbols → load the object into a fresh MCJIT engine → check the entry points. A disk hit skips
-parsing, optimization and codegen: the cached object and optimized IR text are loaded directly.
-The cache's key, counters and in-memory modules live in objcache.py, which also loads a disk
-hit without LLVM where it can (the compile stages ask it first); the host is host.py.
+Flow of `compile_ir`: parse + verify → optimize with the new pass manager (`pipelines.py`:
+the pipeline of the opt level) → emit an object file with the host target machine → check its
+undefined symbols → load the object into a fresh MCJIT engine → check the entry points. A disk
+hit skips parsing, optimization and codegen: the cached object and optimized IR text are
+loaded directly. The cache's key, counters and in-memory modules live in objcache.py, which
+also loads a disk hit without LLVM where it can (the compile stages ask it first); the host
+is host.py.
 Non-goals: cross compilation, ORC/lazy compilation, linking modules together.
 """
 
@@ -30,6 +31,8 @@ from tilenest.backends.cpu.objcache import cache_stats as cache_stats
 from tilenest.backends.cpu.objcache import clear_memory_cache as clear_memory_cache
 from tilenest.backends.cpu.objcache import memory as _memory
 from tilenest.backends.cpu.objcache import stats as _stats
+from tilenest.backends.cpu.pipelines import PIPELINES as PIPELINES
+from tilenest.backends.cpu.pipelines import Pipeline, pipeline_for
 from tilenest.errors import BackendError
 from tilenest.runtime.cache import DiskCache, component_dir
 
@@ -123,14 +126,14 @@ def _parse(llvm_ir: str) -> llvm.ModuleRef:
     return mod
 
 
-def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int) -> None:
-    if opt_level <= 0:
+def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, pipeline: Pipeline) -> None:
+    if pipeline.speed_level <= 0:
         return
-    pto = llvm.create_pipeline_tuning_options(speed_level=min(opt_level, 3))
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pto.loop_unrolling = True
-    pto.loop_interleaving = True
+    pto = llvm.create_pipeline_tuning_options(speed_level=pipeline.speed_level)
+    pto.loop_vectorization = pipeline.loop_vectorization
+    pto.slp_vectorization = pipeline.slp_vectorization
+    pto.loop_unrolling = pipeline.loop_unrolling
+    pto.loop_interleaving = pipeline.loop_interleaving
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
 
@@ -216,7 +219,7 @@ class CompiledModule:
         """Host assembly of the optimized IR, generated on first request."""
         if self._asm is None:
             with _lock:
-                tm = _target_machine(self.host, self.opt_level)
+                tm = _target_machine(self.host, pipeline_for(self.opt_level).codegen_level)
                 self._asm = tm.emit_assembly(llvm.parse_assembly(self.llvm_ir))
         return self._asm
 
@@ -247,7 +250,8 @@ def compile_ir(llvm_ir: str, entry_points: list[str], *, opt_level: int = 3,
             return hit
         disk = DiskCache.open(component_dir("cpu")) if cache else None  # None: refused or unusable
         cached = _load_cached(disk, key) if disk is not None else None
-        tm = _target_machine(info, opt_level)
+        pipeline = pipeline_for(opt_level)
+        tm = _target_machine(info, pipeline.codegen_level)
         if cached is not None:
             obj, optimized = cached
             _stats.disk_hits += 1
@@ -255,7 +259,7 @@ def compile_ir(llvm_ir: str, entry_points: list[str], *, opt_level: int = 3,
             mod = _parse(llvm_ir)
             mod.triple = info.triple
             mod.data_layout = str(tm.target_data)
-            _optimize(mod, tm, opt_level)
+            _optimize(mod, tm, pipeline)
             optimized = str(mod)
             obj = tm.emit_object(mod)
             if cache:

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from tilenest.backends.cpu.elf import ElfError, LoadedObject, load
 from tilenest.backends.cpu.host import HostInfo, host_info, llvm_version
+from tilenest.backends.cpu.pipelines import pipeline_for
 from tilenest.errors import BackendError
 from tilenest.runtime.cache import DiskCache, component_dir
 
@@ -81,11 +82,13 @@ def clear_memory_cache() -> None:
 
 
 def cache_key(llvm_ir: str, info: HostInfo, opt_level: int) -> str:
+    """The object's key: everything that decides the bytes of the compiled object, the
+    pipeline's passes included (a changed pipeline never loads an object of another)."""
     import llvmlite  # the package module: its version, not the LLVM library
 
     h = hashlib.sha256()
     for part in (CACHE_FORMAT, llvmlite.__version__, llvm_version(), info.triple,
-                 info.cpu_name, info.features, opt_level, llvm_ir):
+                 info.cpu_name, info.features, pipeline_for(opt_level).describe(), llvm_ir):
         h.update(str(part).encode())
         h.update(b"\0")
     return h.hexdigest()

@@ -57,8 +57,31 @@ def _fail(field: str, why: str) -> BackendError:
     return BackendError(f"CpuPlan.{field}: {why}", loc=None)
 
 
-def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
-    """Raise when the plan cannot be realized for this function on this target."""
+@dataclass(frozen=True)
+class FunctionFacts:
+    """What `validate` reads of a function, independent of the plan: computed once per
+    planner run (`FunctionFacts.of`) instead of once per candidate."""
+
+    roots: tuple[ops.Parallel, ...]
+    lane_varying: tuple[ops.RegionOp, ...]
+    # Per root parallel with deterministic float-add combines: (its programs, those ops).
+    ordered: tuple[tuple[ops.Parallel, int, tuple[ops.Combining, ...]], ...]
+
+    @staticmethod
+    def of(fn: Function) -> FunctionFacts:
+        from tilenest.analysis.combining import combining_writes, ordered_combines, programs
+
+        roots = tuple(root_parallels(fn))
+        ordered = tuple((op, programs(op), tuple(ordered_combines(op))) for op in roots) \
+            if combining_writes(fn) else ()
+        return FunctionFacts(roots, tuple(lane_varying_extents(fn)),
+                             tuple(o for o in ordered if o[2]))
+
+
+def validate(plan: CpuPlan, fn: Function, packet_width: int,
+             facts: FunctionFacts | None = None) -> None:
+    """Raise when the plan cannot be realized for this function on this target (`facts`:
+    the function's, when the caller keeps them across plans)."""
     if plan.local_lanes not in (0, 1, packet_width):
         raise _fail("local_lanes", f"must be 1 (one program per lane) or {packet_width} (one "
                                    f"program per packet); got {plan.local_lanes}")
@@ -93,7 +116,9 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
             isinstance(t, int) and t >= 1 for t in trav)):
         raise _fail("program_traversal", f"must be (group rows, group columns) >= 1, got "
                                          f"{trav!r}")
-    varying = lane_varying_extents(fn) if lanes > 1 else []
+    if facts is None:
+        facts = FunctionFacts.of(fn)
+    varying = facts.lane_varying if lanes > 1 else ()
     if varying:
         op = varying[0]
         raise _fail("local_lanes", f"the {op.name} at {op.loc} has a dynamic trip count that "
@@ -101,8 +126,8 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
                                    "a program's coordinates or its loaded values); one "
                                    "program per lane needs a trip count the packet shares: "
                                    f"use local_lanes={packet_width} (one program per packet)")
-    _validate_combining(plan, fn, lanes)
-    for op in root_parallels(fn):
+    _validate_combining(plan, facts, lanes)
+    for op in facts.roots:
         rank = len(op.domain)
         if trav != (1, 1) and rank < 2:
             raise _fail("program_traversal", f"grouped traversal {trav} needs two root axes; "
@@ -113,19 +138,11 @@ def validate(plan: CpuPlan, fn: Function, packet_width: int) -> None:
                                            f"axes of the parallel at {op.loc}")
 
 
-def _validate_combining(plan: CpuPlan, fn: Function, lanes: int) -> None:
+def _validate_combining(plan: CpuPlan, facts: FunctionFacts, lanes: int) -> None:
     """Combining stores and scatters: a deterministic float add needs its programs run on
     one thread in instance order (identity root-axis order, row-major traversal, one
     program per packet, one task or one thread)."""
-    from tilenest.analysis.combining import combining_writes, ordered_combines, programs
-
-    if not combining_writes(fn):
-        return
-    for op in root_parallels(fn):
-        n = programs(op)
-        ordered = ordered_combines(op)
-        if not ordered:
-            continue
+    for op, n, ordered in facts.ordered:
         why = (f"the deterministic combining {ordered[0].name} at {ordered[0].loc} (a float "
                "add) runs its programs in instance order on one thread")
         order = plan.root_axis_order

@@ -33,7 +33,7 @@ from tilenest.backends.cpu.cost import SeedCostPolicy as SeedCostPolicy
 from tilenest.backends.cpu.families import FamilyChoice
 from tilenest.backends.cpu.families import choose as choose_families
 from tilenest.backends.cpu.host import host_info
-from tilenest.backends.cpu.plan import CpuPlan, default_partitions, validate
+from tilenest.backends.cpu.plan import CpuPlan, FunctionFacts, default_partitions, validate
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir import ops
 from tilenest.ir.core import Function
@@ -151,6 +151,7 @@ class CpuTargetInfo:
         self._plans: dict[tuple, CpuPlan] = {}
         self._by_binding: dict[int, tuple[Any, Distribution, CpuPlan]] = {}
         self._checked: dict[CpuPlan, BackendError | None] = {}
+        self._validated_fn: tuple[Function, FunctionFacts] | None = None  # validate()
         self._completion: dict[tuple, tuple] = {}
         self._facts: TargetFacts | None = None
         self._fixed = dict(self.constraints.items())
@@ -240,8 +241,10 @@ class CpuTargetInfo:
                             "policy does not allow it (pass policy=tn.FMA)")
         p = self.realize(candidate)
         if p not in self._checked:
+            if self._validated_fn is None or self._validated_fn[0] is not fn:
+                self._validated_fn = (fn, FunctionFacts.of(fn))
             try:
-                validate(p, fn, self.width)
+                validate(p, fn, self.width, self._validated_fn[1])
                 self._checked[p] = None
             except BackendError as e:
                 self._checked[p] = e
