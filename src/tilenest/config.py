@@ -241,6 +241,19 @@ TUNE = _register(Knob(
 FULL_PLAN_SWEEP = _register(Knob(
     "TILENEST_FULL_PLAN_SWEEP", "1/true/yes/on or 0/false/no/off (tests: plan every example "
     "at every e2e and benchmark shape, not a representative subset)", _bool, lambda: False))
+CUDA_LAUNCHERS = ("static", "triton")
+
+
+def _cuda_launcher(text: str) -> str:
+    if text not in CUDA_LAUNCHERS:
+        raise ValueError("not a cuda launcher")
+    return text
+
+
+CUDA_LAUNCHER = _register(Knob(
+    "TILENEST_CUDA_LAUNCHER", "static (torch's static launcher of Triton kernels where it "
+    "can launch the kernel) or triton (Triton's own launcher always); unset: static",
+    _cuda_launcher, lambda: "static"))
 # Triton's own switch, read as tilenest always has: exactly "1" runs the cuda target's kernels
 # on Triton's interpreter (CPU tensors). Triton's value, so never refused.
 TRITON_INTERPRET = _register(Knob(
@@ -263,13 +276,15 @@ class Config:
     target: str = "cpu"
     tune: str = "cached"
     full_plan_sweep: bool = False
+    cuda_launcher: str = "static"
     triton_interpret: bool = False
 
 
 _FIELDS = {"checks": CHECKS, "dump": DUMP, "dump_dir": DUMP_DIR, "cache_dir": CACHE_DIR,
            "num_threads": NUM_THREADS, "vector_bits": VECTOR_BITS, "cpu_name": CPU_NAME,
            "cpu_features": CPU_FEATURES, "target": TARGET, "tune": TUNE,
-           "full_plan_sweep": FULL_PLAN_SWEEP, "triton_interpret": TRITON_INTERPRET}
+           "full_plan_sweep": FULL_PLAN_SWEEP, "cuda_launcher": CUDA_LAUNCHER,
+           "triton_interpret": TRITON_INTERPRET}
 
 
 def config() -> Config:

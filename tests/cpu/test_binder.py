@@ -96,7 +96,8 @@ def test_single_block_is_one_call_and_several_blocks_use_the_pool(rng) -> None:
                       target="cpu", BLOCK=4096)
     assert [s.mode for s in executable(one)._fast_steps] == [cpu_launch._DIRECT]
     many = add.compile(rand(rng, 1 << 16), rand(rng, 1 << 16), np.empty(1 << 16, np.float32),
-                       target="cpu", BLOCK=256, constraints={"num_threads": 2})
+                       target="cpu", BLOCK=256,
+                       constraints={"num_threads": 2, "blocks_per_task": 1})
     assert [s.mode for s in executable(many)._fast_steps] == [cpu_launch._POOLED]
 
 

@@ -86,8 +86,9 @@ def static_launcher() -> Any:
     order checked (`_STATIC_LAUNCH`) and not turned off, else None (looked up once)."""
     global _static
     if _static is False:
-        _static = None if os.environ.get("TILENEST_CUDA_LAUNCHER") == "triton" \
-            else _find_static()
+        from tilenest.config import CUDA_LAUNCHER
+
+        _static = None if CUDA_LAUNCHER.read() == "triton" else _find_static()
     return _static
 
 
