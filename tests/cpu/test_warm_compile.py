@@ -221,6 +221,23 @@ def test_the_elf_loader_runs_llvms_object() -> None:
     assert loaded.address("not_defined") == 0
 
 
+@needs_elf
+def test_a_loaded_module_offers_what_a_compiled_one_does() -> None:
+    """The ELF-loaded module: entry addresses (BackendError for an undefined one, as the
+    MCJIT module), and its assembly on request, generated like the compiled module's."""
+    from tilenest.errors import BackendError
+
+    info = jit.host_info()
+    compiled = jit.compile_ir(CALLS_IR, ["exp_scaled"], cache=False)
+    loaded = objcache.LoadedModule(elf.load(_object(CALLS_IR), objcache._resolve),
+                                   compiled.llvm_ir, ["exp_scaled"], info, 3, "k")
+    assert loaded.address("exp_scaled") == loaded.address("exp_scaled") != 0
+    with pytest.raises(BackendError, match="not defined"):
+        loaded.address("not_defined")
+    assert loaded.asm is None
+    assert loaded.assembly() == compiled.assembly() and "exp_scaled" in loaded.asm
+
+
 def _with_u16(data: bytes, at: int, value: int) -> bytes:
     return data[:at] + struct.pack("<H", value) + data[at + 2:]
 

@@ -26,6 +26,7 @@ from tilenest.backends.cpu.host import record as record_host
 from tilenest.backends.cpu.objcache import IR as _IR
 from tilenest.backends.cpu.objcache import OBJ as _OBJ
 from tilenest.backends.cpu.objcache import CacheStats as CacheStats
+from tilenest.backends.cpu.objcache import NativeModule
 from tilenest.backends.cpu.objcache import cache_key as cache_key
 from tilenest.backends.cpu.objcache import cache_stats as cache_stats
 from tilenest.backends.cpu.objcache import clear_memory_cache as clear_memory_cache
@@ -184,44 +185,26 @@ def _check_externals(obj: bytes, optimized_ir: str) -> None:
 # Compiled modules and the cache
 
 
-class CompiledModule:
+class CompiledModule(NativeModule):
     """A loaded object: keeps its execution engine (which owns the target machine and the
     module) alive as long as code addresses taken from it are in use."""
 
     def __init__(self, engine: llvm.ExecutionEngine, llvm_ir: str, entry_points: list[str],
                  info: HostInfo, opt_level: int, key: str) -> None:
+        super().__init__(llvm_ir, entry_points, info, opt_level, key)
         self._engine = engine
-        self.llvm_ir = llvm_ir  # optimized IR text
-        self.entry_points = tuple(entry_points)
-        self.host = info
-        self.opt_level = opt_level
-        self.key = key
-        self._asm: str | None = None
-        self._addresses: dict[str, int] = {}
 
-    def address(self, name: str) -> int:
-        """Native address of function `name`; BackendError when the module does not define it."""
-        addr = self._addresses.get(name)
-        if addr is None:
-            with _lock:
-                addr = self._engine.get_function_address(name)
-            if not addr:
-                raise BackendError(f"symbol {name!r} is not defined by the compiled module",
-                                   loc=None)
-            self._addresses[name] = addr
-        return addr
+    def _lookup(self, name: str) -> int:
+        with _lock:
+            return self._engine.get_function_address(name)
 
-    @property
-    def asm(self) -> str | None:
-        return self._asm
 
-    def assembly(self) -> str:
-        """Host assembly of the optimized IR, generated on first request."""
-        if self._asm is None:
-            with _lock:
-                tm = _target_machine(self.host, pipeline_for(self.opt_level).codegen_level)
-                self._asm = tm.emit_assembly(llvm.parse_assembly(self.llvm_ir))
-        return self._asm
+def emit_assembly(llvm_ir: str, info: HostInfo, opt_level: int) -> str:
+    """Host assembly of optimized IR text, as the object of `opt_level` was generated."""
+    _ensure_llvm()
+    with _lock:
+        tm = _target_machine(info, pipeline_for(opt_level).codegen_level)
+        return tm.emit_assembly(llvm.parse_assembly(llvm_ir))
 
 
 def _load_engine(obj: bytes, info: HostInfo, tm: llvm.TargetMachine) -> llvm.ExecutionEngine:

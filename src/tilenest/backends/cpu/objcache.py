@@ -94,25 +94,33 @@ def cache_key(llvm_ir: str, info: HostInfo, opt_level: int) -> str:
     return h.hexdigest()
 
 
-class LoadedModule:
-    """An object from the disk cache loaded by the ELF loader (no execution engine)."""
+class NativeModule:
+    """What a loaded object offers its launcher, however it was loaded: the optimized IR,
+    the host and opt level it was built for, the entry points' addresses (`_lookup`, 0 when
+    undefined) and its assembly on request."""
 
-    def __init__(self, loaded: LoadedObject, llvm_ir: str, entry_points: list[str],
-                 info: HostInfo, opt_level: int, key: str) -> None:
-        self._loaded = loaded
+    def __init__(self, llvm_ir: str, entry_points: list[str], info: HostInfo, opt_level: int,
+                 key: str) -> None:
         self.llvm_ir = llvm_ir  # optimized IR text
         self.entry_points = tuple(entry_points)
         self.host = info
         self.opt_level = opt_level
         self.key = key
         self._asm: str | None = None
+        self._addresses: dict[str, int] = {}
+
+    def _lookup(self, name: str) -> int:
+        raise NotImplementedError
 
     def address(self, name: str) -> int:
         """Native address of function `name`; BackendError when the module does not define it."""
-        addr = self._loaded.address(name)
-        if not addr:
-            raise BackendError(f"symbol {name!r} is not defined by the compiled module",
-                               loc=None)
+        addr = self._addresses.get(name)
+        if addr is None:
+            addr = self._lookup(name)
+            if not addr:
+                raise BackendError(f"symbol {name!r} is not defined by the compiled module",
+                                   loc=None)
+            self._addresses[name] = addr
         return addr
 
     @property
@@ -121,9 +129,23 @@ class LoadedModule:
 
     def assembly(self) -> str:
         """Host assembly of the optimized IR, generated (by LLVM) on first request."""
-        from tilenest.backends.cpu.jit import CompiledModule
+        if self._asm is None:
+            from tilenest.backends.cpu.jit import emit_assembly
 
-        return CompiledModule.assembly(self)  # type: ignore[arg-type]  # the same fields
+            self._asm = emit_assembly(self.llvm_ir, self.host, self.opt_level)
+        return self._asm
+
+
+class LoadedModule(NativeModule):
+    """An object from the disk cache loaded by the ELF loader (no execution engine)."""
+
+    def __init__(self, loaded: LoadedObject, llvm_ir: str, entry_points: list[str],
+                 info: HostInfo, opt_level: int, key: str) -> None:
+        super().__init__(llvm_ir, entry_points, info, opt_level, key)
+        self._loaded = loaded
+
+    def _lookup(self, name: str) -> int:
+        return self._loaded.address(name)
 
 
 def _elf_applies() -> bool:
