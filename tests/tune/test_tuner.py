@@ -179,6 +179,19 @@ def test_the_same_seed_gives_the_same_shortlist() -> None:
     assert all(o[:4] == others[0][:4] for o in others)
 
 
+def test_the_model_top_spreads_over_assignments() -> None:
+    """At most PER_ASSIGNMENT model-top entries of one assignment: the model's best few
+    assignments each get in (near-tied traversals of one cannot fill the quota)."""
+    args = _gemm_args()
+    kernel = tn.kernel(GEMM.kernel.fn)
+    plain = kernel.compile(*args, target="cpu")
+    space = shortlist.Space(kernel, tuple(args), "cpu", {}, {})
+    entries = shortlist.shortlist(space, plain, 12, 0)
+    top = [e.constants for e in entries if e.role == "model-top"]
+    assert top and max(top.count(c) for c in top) <= shortlist.PER_ASSIGNMENT
+    assert len(set(top)) >= min(3, len(top))
+
+
 def test_fixed_constants_are_never_varied(monkeypatch: pytest.MonkeyPatch) -> None:
     args = _gemm_args()
     seen: set[tuple] = set()

@@ -2,10 +2,10 @@
 
 At most `budget` candidates, deterministic for a seed: the plain call's pick ("default"), the
 model's best candidates across tunable assignments (the top finalists of the best few
-assignments, "model-top"), then a diverse rest ("shortlist"), alternating other assignments
-(covering each open tunable's values) and other plan records of the assignments already
-chosen (covering each plan field's values). Constants and options the call fixes are exact
-constraints.
+assignments, at most `PER_ASSIGNMENT` each, "model-top"), then a diverse rest ("shortlist"),
+alternating other assignments (covering each open tunable's values) and other plan records
+of the assignments already chosen (covering each plan field's values). Constants and options
+the call fixes are exact constraints.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 from tilenest.errors import TileError, TuneError
 
 SPREAD = 3  # a diverse pick is a seeded choice among this many equally covering candidates
+PER_ASSIGNMENT = 2  # "model-top" entries of one tunable assignment at most
 
 
 @dataclass(frozen=True)
@@ -184,17 +185,25 @@ def shortlist(space: Space, plain: Any, budget: int, seed: int = 0) -> list[Entr
     order = _model_order(space, plain.executable.extras.get("tunables"), pick)
     position = {tuple(a.items()): i for i, a in enumerate(order)}
 
-    # The model's best: finalists of the best few assignments, by predicted cost.
+    # The model's best: finalists of the best few assignments, by predicted cost, at most
+    # PER_ASSIGNMENT of each (a near-tie of one assignment's traversals would otherwise fill
+    # the quota: attention's BM64 BN64, the model's third and the fastest measured, was
+    # never shortlisted behind five traversals each of the first two).
     quota = max(1, (budget + 1) // 2)
     pool = []
     for i, assignment in enumerate(order[:max(1, quota // 2 + 1)]):
         planned = space.planning(assignment)
         for s in planned.finalists if planned is not None else ():
             pool.append((round(s.cost.total, 9), i, s.rank, assignment, s))
+    per_assignment: dict[tuple, int] = {}
     for *_, assignment, s in sorted(pool, key=lambda t: t[:3]):
         if len(chosen.entries) >= quota:
             break
-        chosen.add(assignment, s, "model-top")
+        key = tuple(assignment.items())
+        if per_assignment.get(key, 0) >= PER_ASSIGNMENT:
+            continue
+        if chosen.add(assignment, s, "model-top"):
+            per_assignment[key] = per_assignment.get(key, 0) + 1
 
     # The diverse rest: other assignments and other plan records, in turn.
     # Assignments not in the shortlist yet (planned for the model's best or not).
