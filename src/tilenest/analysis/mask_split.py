@@ -128,7 +128,7 @@ def _index_op(op: Op, coord: Value, inside: set[Value], forms: dict[Value, Linea
 
 
 def _tile_op(op: Op, coord: Value, inside: set[Value], forms: dict[Value, Linear],
-             tiles: dict[Value, _Tile] | _Outer, ranges: dict) -> _Tile | None:
+             tile: Callable[[Value], _Tile | None], ranges: dict) -> _Tile | None:
     if op.results[0] not in ranges:  # may wrap in its type, or is not an integer tile
         return None
     if isinstance(op, ops.Arange):
@@ -140,9 +140,9 @@ def _tile_op(op: Op, coord: Value, inside: set[Value], forms: dict[Value, Linear
         form = _index_form(op.index, coord, inside, forms)
         return None if form is None else (form, 0, 0)
     if isinstance(op, ops.Broadcast):
-        return tiles.get(op.x)
+        return tile(op.x)
     if isinstance(op, (ops.Add, ops.Sub)):
-        a, b = tiles.get(op.lhs), tiles.get(op.rhs)
+        a, b = tile(op.lhs), tile(op.rhs)
         if a is None or b is None:
             return None
         if isinstance(op, ops.Add):
@@ -176,9 +176,7 @@ def _split_of(loop: ops.RegionOp, fn: Function, producers: dict[Value, Op]
         if v in tiles or v in inside:
             return tiles.get(v)
         op = producers.get(v)
-        got = None
-        if op is not None:
-            got = _tile_op(op, coord, inside, forms, _Outer(tile), ranges)
+        got = None if op is None else _tile_op(op, coord, inside, forms, tile, ranges)
         tiles[v] = got  # type: ignore[assignment]
         return got
 
@@ -190,7 +188,7 @@ def _split_of(loop: ops.RegionOp, fn: Function, producers: dict[Value, Op]
         if form is not None:
             forms[op.results[0]] = form
             continue
-        got = _tile_op(op, coord, inside, forms, _Outer(tile), ranges)
+        got = _tile_op(op, coord, inside, forms, tile, ranges)
         if got is not None:
             tiles[op.results[0]] = got
             continue
@@ -207,16 +205,6 @@ def _split_of(loop: ops.RegionOp, fn: Function, producers: dict[Value, Op]
                 found.append(Decided(op, value, m))
                 break
     return MaskSplit(loop, tuple(found)) if found else None
-
-
-class _Outer:
-    """`tiles.get` for `_tile_op`, resolving tiles defined before the loop on demand."""
-
-    def __init__(self, resolve: Callable[[Value], _Tile | None]) -> None:
-        self.resolve = resolve
-
-    def get(self, v: Value) -> _Tile | None:
-        return self.resolve(v)
 
 
 _CACHE: dict[int, tuple[Region, dict[ops.RegionOp, MaskSplit]]] = {}
