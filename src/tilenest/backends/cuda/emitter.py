@@ -114,6 +114,16 @@ class Emitter:
         return name
 
     @contextmanager
+    def deciding(self, known: dict[Value, bool]) -> Iterator[None]:
+        """Emit with the masks of `known` decided (the part of a split loop)."""
+        saved = self.decided
+        self.decided = {**saved, **known}
+        try:
+            yield
+        finally:
+            self.decided = saved
+
+    @contextmanager
     def indented(self) -> Iterator[None]:
         self.depth += 1
         try:

@@ -12,7 +12,7 @@ whose trip count is known only at run time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from tilenest.analysis.index_ranges import I64_MAX
 from tilenest.analysis.mask_split import Linear, MaskSplit, mask_splits
@@ -35,8 +35,10 @@ def pipelinable(em: Emitter, op: ops.RegionOp) -> bool:
 
 
 def domain_loops(em: Emitter, op: ops.RegionOp, body: Callable[[list[Idx]], None], *,
-                 reverse: bool = False, stages: int = 1) -> None:
-    """Nested loops over the op's domain (lexicographic; `reverse` runs it backwards).
+                 reverse: bool = False, stages: int = 1, span: tuple[str, str] | None = None
+                 ) -> None:
+    """Nested loops over the op's domain (lexicographic; `reverse` runs it backwards;
+    `span`, for a one-axis domain run forwards, the trips [start, stop) of it alone).
 
     A dynamic axis loops to its bound, the i64 index computed before the region (a negative
     bound runs zero times: an empty axis). Its coordinate lies in [0, bound - 1] when it
@@ -52,10 +54,11 @@ def domain_loops(em: Emitter, op: ops.RegionOp, body: Callable[[list[Idx]], None
         extent = extents[k]
         var = em.fresh("k")
         opts = f", num_stages={stages}" if k == len(extents) - 1 else ""
-        stop = extent.expr
-        if extent.const is None and em.facts.interpret:
-            stop = f"tn_interp_int({stop})"  # see _INTERPRETER_MATH in lower.py
-        em.emit(f"for {var} in tl.range(0, {stop}{opts}):")
+        start, stop = span or ("0", extent.expr)
+        if em.facts.interpret:  # see _INTERPRETER_MATH in lower.py
+            start, stop = (b if b.lstrip("-").isdigit() else f"tn_interp_int({b})"
+                           for b in (start, stop))
+        em.emit(f"for {var} in tl.range({start}, {stop}{opts}):")
         with em.indented():
             idx = em.fresh("i")
             if reverse and extent.const is not None:
@@ -126,9 +129,12 @@ def loop_carries(em: Emitter, inits: list[Value]) -> list[str]:
     return names
 
 
-def carried_loop(em: Emitter, op: ops.RegionOp, *, reverse: bool = False, stages: int = 1
-                 ) -> None:
-    """A loop whose body args after the domain are carries and whose yield updates them."""
+def carried_loop(em: Emitter, op: ops.RegionOp, *, reverse: bool = False, stages: int = 1,
+                 parts: Sequence[tuple[tuple[str, str] | None, dict[Value, bool]]]
+                 = ((None, {}),)) -> None:
+    """A loop whose body args after the domain are carries and whose yield updates them;
+    `parts`, the loops it runs as one after the other over the carried state: each a span of
+    the trips (`domain_loops`, None: all) and the masks decided in it (`Emitter.deciding`)."""
     names = loop_carries(em, list(op.inits))
     carries = [Block(nm, em.block(init).type, em.block(init).padded)
                for nm, init in zip(names, op.inits, strict=True)]
@@ -143,7 +149,9 @@ def carried_loop(em: Emitter, op: ops.RegionOp, *, reverse: bool = False, stages
         assert term is not None
         update_carries(em, names, [em.block(v).name for v in term.operands])
 
-    domain_loops(em, op, body, reverse=reverse, stages=stages)
+    for span, known in parts:
+        with em.deciding(known):
+            domain_loops(em, op, body, reverse=reverse, stages=stages, span=span)
     for res, c in zip(op.results, carries, strict=True):
         em.env[res] = c
 
@@ -218,36 +226,12 @@ def _mask_split_loop(em: Emitter, op: ops.RegionOp, split: MaskSplit, stages: in
     """The loop as two loops over its carried state (`analysis.mask_split`): the trips where
     the split's masks are decided, emitted with each of those `where`s choosing its operand,
     and the others as written."""
-    names = loop_carries(em, list(op.inits))
-    carries = [Block(nm, em.block(init).type, em.block(init).padded)
-               for nm, init in zip(names, op.inits, strict=True)]
     (source,) = op.extent_sources()
     trips = _extent(em, source)
     point = _split_point(em, split, trips)
     decided = {d.where.cond: d.value for d in split.masks}
-    parts = [("0", point, decided), (point, trips.expr, {})]
-    hi = None if trips.hi is None else max(0, trips.hi - 1)
-    for start, stop, known in parts:
-        if em.facts.interpret:
-            start, stop = f"tn_interp_int({start})", f"tn_interp_int({stop})"
-        var = em.fresh("k")
-        em.emit(f"for {var} in tl.range({start}, {stop}, num_stages={stages}):")
-        with em.indented():
-            idx = em.assign(f"tl.cast({var}, tl.int64)", "i")
-            em.env[op.coords[0]] = Idx(idx, 0, hi)
-            for arg, c in zip(op.carried, carries, strict=True):
-                em.env[arg] = c
-            saved = em.decided
-            em.decided = {**saved, **known}
-            try:
-                lower_ops(em, op.body.ops)
-            finally:
-                em.decided = saved
-            term = op.body.terminator
-            assert term is not None
-            update_carries(em, names, [em.block(v).name for v in term.operands])
-    for res, c in zip(op.results, carries, strict=True):
-        em.env[res] = c
+    carried_loop(em, op, stages=stages,
+                 parts=((("0", point), decided), ((point, trips.expr), {})))
 
 
 @lowering(ops.Parallel)
