@@ -1,4 +1,4 @@
-"""Heavy-first launch order (`CudaPlan.heavy_first`, `analysis.trips.lengthening_axes`): a
+"""Heavy-first launch order (`CudaPlan.heavy_first`, `analysis.launch_order.lengthening_axes`): a
 root axis along which the programs' loops grow (a causal key loop) is launched descending,
 so the longest programs start first. A coordinate permutation of independent instances:
 the results are the reference's bit for bit, with the order on and off."""
@@ -13,7 +13,7 @@ import torch
 from contract_common import assert_bitwise, eighths
 
 import tilenest as tn
-from tilenest.analysis.trips import lengthening_axes
+from tilenest.analysis.launch_order import lengthening_axes
 from tilenest.backends.cuda.plan import CudaPlan, root_parallels
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from tilenest.analysis.trips import lengthening_axes
+from tilenest.analysis.launch_order import lengthening_axes
 from tilenest.analysis.uses import UseInfo
 from tilenest.backends.cuda.combine_phases import CombineEmit, combine_sites, emit_combine_kernel
 from tilenest.backends.cuda.element_grid import emit_kernel as emit_element_grid
@@ -348,7 +348,7 @@ def _kernel(fn: Function, name: str, facts: Facts, errors: list[str],
             em.emit(line)
         if plan.heavy_first:
             # Programs whose loops grow along an axis launch it descending (bijective: the
-            # instances are independent), so the longest start first (analysis.trips).
+            # instances are independent), so the longest start first (analysis.launch_order).
             for a in lengthening_axes(parallel):
                 em.emit(f"{coords[a]} = {extents[a] - 1} - {coords[a]}")
         for arg, c, e in zip(parallel.coords, coords, extents, strict=True):

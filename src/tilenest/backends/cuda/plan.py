@@ -49,7 +49,7 @@ class CudaPlan:
     #                                  (analysis/mask_split.py)
     heavy_first: bool = True         # root axes along which programs' loops grow launch
     #                                  descending: the longest programs start first
-    #                                  (analysis/trips.py lengthening_axes)
+    #                                  (analysis/launch_order.py)
     element_grid: int = 0            # pointwise kernels: 0 = one Triton program per logical
     #                                  program; else program x element flattened into Triton
     #                                  programs of this many elements (element_grid.py)

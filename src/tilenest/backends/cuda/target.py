@@ -14,9 +14,9 @@ from dataclasses import fields
 from typing import Any
 
 from tilenest.analysis.combining import combine_lines
+from tilenest.analysis.launch_order import order_lines
 from tilenest.analysis.mask_split import split_lines
 from tilenest.analysis.resources import ExecutionResources, ResourceLimits
-from tilenest.analysis.trips import lengthening_axes
 from tilenest.analysis.work import ExecutionWork
 from tilenest.backends.cuda import bound
 from tilenest.backends.cuda.bound import with_shares
@@ -60,7 +60,7 @@ from tilenest.backends.cuda.resources import (
 from tilenest.backends.cuda.splitk import split_phases, split_site
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir import ops
-from tilenest.ir.core import Function, at_source
+from tilenest.ir.core import Function
 from tilenest.numerics import as_policy
 from tilenest.plan.constraints import Constraints
 from tilenest.plan.cost import CostPolicy
@@ -110,12 +110,7 @@ def explain(fn: Function, plan: CudaPlan, info: GpuInfo | None = None,
     if plan.split_masks:
         lines += split_lines(fn)
     if plan.heavy_first and not plan.element_grid:
-        for op in root_parallels(fn):
-            axes = lengthening_axes(op)
-            if axes:
-                names = ", ".join(f"`{op.domain[a][0].label}`" for a in axes)
-                lines.append(f"launch order: {names} descending (the programs' loops grow "
-                             f"along it: the longest start first){at_source(op.loc)}")
+        lines += order_lines(root_parallels(fn))
     return "\n".join(lines)
 
 
