@@ -29,9 +29,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tilenest.analysis.memo import per_function
 from tilenest.analysis.tile_ranges import decided_masks, integer_ranges
 from tilenest.ir import ops
-from tilenest.ir.core import Function, Op, Region, Value, at_source
+from tilenest.ir.core import Function, Op, Value, at_source
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ def _split_of(loop: ops.RegionOp, fn: Function, producers: dict[Value, Op]
     ranges = integer_ranges(fn)
     decided = decided_masks(fn)
     forms: dict[Value, Linear] = {}
-    tiles: dict[Value, _Tile] = {}
+    tiles: dict[Value, _Tile | None] = {}
 
     def tile(v: Value) -> _Tile | None:
         """The bounds of `v`; a tile computed before the loop is one of the index values
@@ -177,7 +178,7 @@ def _split_of(loop: ops.RegionOp, fn: Function, producers: dict[Value, Op]
             return tiles.get(v)
         op = producers.get(v)
         got = None if op is None else _tile_op(op, coord, inside, forms, tile, ranges)
-        tiles[v] = got  # type: ignore[assignment]
+        tiles[v] = got
         return got
 
     found: list[Decided] = []
@@ -207,16 +208,10 @@ def _split_of(loop: ops.RegionOp, fn: Function, producers: dict[Value, Op]
     return MaskSplit(loop, tuple(found)) if found else None
 
 
-_CACHE: dict[int, tuple[Region, dict[ops.RegionOp, MaskSplit]]] = {}
-_CACHE_LIMIT = 64
-
-
+@per_function
 def mask_splits(fn: Function) -> dict[ops.RegionOp, MaskSplit]:
     """The split of each forward one-axis `serial`/`pipeline` of `fn` that has one (cached
     per function)."""
-    hit = _CACHE.get(id(fn.body))
-    if hit is not None and hit[0] is fn.body:
-        return hit[1]
     found: dict[ops.RegionOp, MaskSplit] = {}
     producers = {r: op for op in fn.walk() for r in op.results}
     for op in fn.walk():
@@ -224,9 +219,6 @@ def mask_splits(fn: Function) -> dict[ops.RegionOp, MaskSplit]:
             got = _split_of(op, fn, producers)
             if got is not None:
                 found[op] = got
-    if len(_CACHE) >= _CACHE_LIMIT:
-        _CACHE.clear()
-    _CACHE[id(fn.body)] = (fn.body, found)
     return found
 
 

@@ -16,13 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tilenest.analysis.index_ranges import Interval, index_ranges
+from tilenest.analysis.memo import per_function
 from tilenest.ir import ops
-from tilenest.ir.core import Function, Op, Region, Value
+from tilenest.ir.core import Function, Op, Value
 from tilenest.ir.dtypes import DType
 from tilenest.ir.types import TileType
-
-_CACHE: dict[int, tuple[Region, dict[Value, Interval], dict[Value, bool]]] = {}
-_CACHE_LIMIT = 64
 
 _ARITH: dict[type[Op], Callable[[Interval, Interval], Interval]] = {
     ops.Add: lambda a, b: (a[0] + b[0], a[1] + b[1]),
@@ -121,10 +119,8 @@ def integer_ranges(fn: Function) -> dict[Value, Interval]:
     return _analysis(fn)[0]
 
 
+@per_function
 def _analysis(fn: Function) -> tuple[dict[Value, Interval], dict[Value, bool]]:
-    hit = _CACHE.get(id(fn.body))
-    if hit is not None and hit[0] is fn.body:
-        return hit[1], hit[2]
     index = index_ranges(fn)
     ranges: dict[Value, Interval] = {}
     known: dict[Value, bool] = {}
@@ -138,7 +134,4 @@ def _analysis(fn: Function) -> tuple[dict[Value, Interval], dict[Value, bool]]:
             got = _decide(op, ranges, known)
             if got is not None:
                 known[op.results[0]] = got
-    if len(_CACHE) >= _CACHE_LIMIT:
-        _CACHE.clear()
-    _CACHE[id(fn.body)] = (fn.body, ranges, known)
     return ranges, known
