@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 import pytest
+from launch_hooks import enter_hook
 
 from tilenest.backends.cuda.launcher import (
     PhaseLauncher,
@@ -74,26 +75,13 @@ def test_direct_call_passes_what_jit_run_passes() -> None:
 
 
 def test_direct_call_feeds_an_installed_launch_hook() -> None:
-    from triton import knobs
-
     seen: list = []
-    hook = seen.append
-    chain = knobs.runtime.launch_enter_hook
-    if hasattr(chain, "add"):
-        chain.add(hook)
-    else:
-        knobs.runtime.launch_enter_hook = hook
-    try:
+    with enter_hook(seen.append):
         compiled = FakeCompiled()
         direct_call(compiled, (3, 1, 1))(5, [64])
         (args,) = compiled.calls
         assert args[6] == {"grid": (3, 1, 1)} and args[7] is not None
         assert compiled.metadata_calls == 1
-    finally:
-        if hasattr(chain, "remove"):
-            chain.remove(hook)
-        else:
-            knobs.runtime.launch_enter_hook = chain
 
 
 def test_unknown_compiled_shape_falls_back_to_the_jit() -> None:

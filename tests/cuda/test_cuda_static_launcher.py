@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from launch_hooks import enter_hook
 
 from tilenest.backends.cuda import launcher as L
 
@@ -70,24 +71,11 @@ def test_constexpr_arguments_are_not_passed(recorded) -> None:
 
 
 def test_an_installed_launch_hook_takes_tritons_launcher(recorded) -> None:
-    from triton import knobs
-
     fell_back: list = []
     call = L.static_call(_compiled({"A": "*fp32"}), (1, 1, 1), 1,
                          lambda s, a: fell_back.append((s, a)))
-    hook = lambda *a: None  # noqa: E731
-    chain = knobs.runtime.launch_enter_hook
-    if hasattr(chain, "add"):
-        chain.add(hook)
-    else:
-        knobs.runtime.launch_enter_hook = hook
-    try:
+    with enter_hook(lambda *a: None):
         call(5, [64])
-    finally:
-        if hasattr(chain, "remove"):
-            chain.remove(hook)
-        else:
-            knobs.runtime.launch_enter_hook = chain
     assert fell_back == [(5, [64])] and not recorded
 
 
