@@ -51,6 +51,8 @@ def main() -> None:
     a = p.parse_args()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), ROOT])}
     env.pop("TILENEST_TUNE", None)
+    # As an installed package runs: with its bytecode cached (the cold child writes it).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     with tempfile.TemporaryDirectory() as cache:
         env["TILENEST_CACHE_DIR"] = cache
         for label in ("cold", "warm"):

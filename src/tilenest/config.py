@@ -261,6 +261,18 @@ TRITON_INTERPRET = _register(Knob(
     "compiled kernels", lambda text: text == "1", lambda: False, verbatim=True))
 
 
+# Prefixes of other tools' variables that change what they compile: read whole, only for
+# the keys of compiled code kept across processes (backends/cuda/cubin_cache.py).
+FOREIGN_COMPILER_PREFIXES = ("TRITON_", "MLIR_", "LLVM_")
+
+
+def foreign_compiler_environment() -> list[tuple[str, str]]:
+    """Every set variable named by `FOREIGN_COMPILER_PREFIXES`, sorted (Triton's compile
+    knobs and the ptxas it runs, the LLVM and MLIR debug switches)."""
+    return sorted((k, v) for k, v in os.environ.items()
+                  if k.startswith(FOREIGN_COMPILER_PREFIXES))
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     """Every knob's current value."""

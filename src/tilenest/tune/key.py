@@ -101,12 +101,10 @@ def _cuda_versions() -> tuple[str, str]:
         get = getattr(torch._C, "_cuda_getDriverVersion", None)
         if torch.cuda.is_available() and get is not None:
             driver += f", driver {get()}"
-    try:
-        import triton
-        compiler = f"triton {triton.__version__}"
-    except ImportError:
-        compiler = "no triton"
-    return driver, compiler
+    from tilenest.backends.cuda.cubin_cache import triton_version
+
+    version = triton_version()  # read from its files: importing Triton costs ~0.3 s
+    return driver, f"triton {version}" if version is not None else "no triton"
 
 
 def _cuda_facts() -> tuple[str, str, str]:

@@ -8,9 +8,10 @@ are disjoint; otherwise the safe build runs (`runtime.builds.BuildChoice`, share
 cpu launcher). Phases are sequential launches on the current stream of the tensors' device
 (a tensor on cuda:1 launches there, whatever the current device). After a phase's first
 launch through its JITFunction, launches go straight to Triton's compiled launcher
-(`launcher.py`). A call never synchronizes: a kernel that can flag a run-time error writes a
-status slot of pinned host memory, checked lazily (at `tn.check_errors()`, at the next call
-of the kernel, at exit: `tilenest.runtime.status`).
+(`launcher.py`); a phase kept in the cubin store by an earlier process launches directly
+from its first call (`cubin_cache.py`). A call never synchronizes: a kernel that can flag a
+run-time error writes a status slot of pinned host memory, checked lazily (at
+`tn.check_errors()`, at the next call of the kernel, at exit: `tilenest.runtime.status`).
 Under `TRITON_INTERPRET=1` CPU torch tensors (and numpy arrays, shared through
 `torch.from_numpy`) run on Triton's interpreter, synchronously: there, and for host
 arguments staged through device memory, a run-time error raises at the call that flagged it.
@@ -18,17 +19,18 @@ arguments staged through device memory, a run-time error raises at the call that
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tilenest.backends.cuda.launcher import PhaseLauncher, PointerArg, alignment_key
+from tilenest.backends.cuda.launcher import PhaseLauncher, PhaseStore, PointerArg, alignment_key
 from tilenest.backends.cuda.lower import LoweredModule, lower_function
 from tilenest.backends.cuda.padding import PaddedBuffers, copied_operands
 from tilenest.backends.cuda.plan import CudaPlan
-from tilenest.backends.cuda.source_cache import load_source
+from tilenest.backends.cuda.source_cache import load_source, source_path
 from tilenest.backends.cuda.staging import host_tensor
 from tilenest.errors import ArgumentError, BackendError
 from tilenest.ir.core import Function
@@ -44,29 +46,46 @@ MAX_GRID = 2**31 - 1
 
 @dataclass
 class Build:
+    """One lowering of a plan: its module's source file and, per phase, a launcher. The module
+    (which imports Triton) is compiled from the source only when a phase first launches
+    through Triton's JIT: a phase found in the cubin store never needs it."""
+
     lowered: LoweredModule
     path: str
-    kernels: list[Any]
     # One per phase; made by the executable (it knows the launch options) when empty.
     launchers: list[PhaseLauncher] = field(default_factory=list)
+    dtypes: tuple[str, ...] = ()
 
     def prepare(self, options: dict[str, Any]) -> Build:
         if not self.launchers:
-            self.launchers = [PhaseLauncher(k, p.programs, options)
-                              for k, p in zip(self.kernels, self.lowered.phases, strict=True)]
+            source = self.lowered.source
+            self.launchers = [
+                PhaseLauncher(None, p.programs, options,
+                              store=PhaseStore.of(source, p.name, options, self.dtypes),
+                              load=functools.partial(_kernel_of, source, p.name))
+                for p in self.lowered.phases]
         return self
+
+
+def _kernel_of(source: str, name: str) -> Any:
+    return getattr(load_source(source)[0], name)
 
 
 def _build(fn: Function, plan: CudaPlan, assume_no_alias: bool, interpret: bool,
            options: dict[str, Any]) -> Build:
     lowered = lower_function(fn, plan, assume_no_alias=assume_no_alias, interpret=interpret)
-    module, path = load_source(lowered.source)
+    return new_build(fn, lowered).prepare(options)
+
+
+def new_build(fn: Function, lowered: LoweredModule) -> Build:
+    """The build of `lowered` (checked against the grid limit; the source file is written, the
+    module not yet compiled)."""
     for phase in lowered.phases:
         if phase.programs > MAX_GRID:
             raise BackendError(f"phase {phase.name} has {phase.programs} programs; the cuda "
                                f"grid allows {MAX_GRID}", loc=None)
-    return Build(lowered, path, [getattr(module, p.name) for p in lowered.phases]
-                 ).prepare(options)
+    return Build(lowered, source_path(lowered.source),
+                 dtypes=tuple(p.type.dtype.name for p in fn.params))
 
 
 def _as_tensor(x: Any, name: str, interpret: bool) -> Any:
@@ -351,6 +370,8 @@ class CudaExecutable:
                     direct = False
                     if self.compiled is None:
                         self._note(meta, phase.name, compiled)
+                elif self.compiled is None and launcher.meta is not None:
+                    meta[phase.name] = launcher.meta  # loaded from the cubin store
         finally:
             if slot is not None:
                 BOARD.launched(slot)

@@ -27,6 +27,12 @@ one CTA per program, no cooperative or programmatic-dependent launch, and no lau
 installed at the call (then the call takes Triton's launcher, which feeds the hook).
 `TILENEST_CUDA_LAUNCHER=triton` turns it off (the A/B of `benchmarks/call_overhead.py`).
 
+A phase that torch's static launcher can launch is also kept in tilenest's own store
+(`cubin_cache.py`) after its first JIT launch: a later process loads the cubin from there
+and launches it through the static launcher without importing Triton (a warm compile then
+spends no time in Triton's import and cache key). While a Triton launch hook is installed,
+such a call goes through the JITFunction instead (`NeedsTriton`), which feeds the hook.
+
 Alignment matters because Triton specializes pointer arguments on 16-byte divisibility: a
 kernel compiled for aligned pointers must not get a misaligned one, so the (device,
 alignment) pair selects the compiled kernel.
@@ -34,10 +40,14 @@ alignment) pair selects the compiled kernel.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from tilenest.backends.cuda import cubin_cache
 
 DirectCall = Callable[[int, Sequence[Any]], None]
 
@@ -54,7 +64,7 @@ _convention: bool | None = None
 _STATIC_LAUNCH = ("self.C_impl._launch_kernel(self.function,grid_x,grid_y,grid_z,"
                   "self.num_warps,self.shared,arg_tys,args,stream,)")
 _STATIC_MODULES = ("static_cuda_launcher", "static_triton_launcher")  # torch/_inductor/runtime/
-_static: Any = False  # not yet looked up; then the launch function or None
+_static: Any = False  # not yet looked up; then torch's _StaticCudaLauncher or None
 
 
 def direct_convention() -> bool:
@@ -84,6 +94,18 @@ def _detect_convention() -> bool:
 def static_launcher() -> Any:
     """torch's `_StaticCudaLauncher._launch_kernel` when it is installed with the argument
     order checked (`_STATIC_LAUNCH`) and not turned off, else None (looked up once)."""
+    return getattr(_static_class(), "_launch_kernel", None)
+
+
+def static_loader() -> Any:
+    """torch's `_StaticCudaLauncher._load_kernel(cubin_path, name, shared, device)` (returns
+    the CUfunction, registers and spills) where `static_launcher` is usable, else None."""
+    if static_launcher() is None:
+        return None
+    return getattr(_static_class(), "_load_kernel", None)
+
+
+def _static_class() -> Any:
     global _static
     if _static is False:
         from tilenest.config import CUDA_LAUNCHER
@@ -93,7 +115,7 @@ def static_launcher() -> Any:
 
 
 def _find_static() -> Any:
-    """The launch function, after reading the inductor wrapper's source from its file: the
+    """The launcher class, after reading the inductor wrapper's source from its file: the
     module is never imported (importing torch._inductor costs seconds of a first compile)."""
     try:
         import torch
@@ -108,7 +130,7 @@ def _find_static() -> Any:
         except OSError:
             continue
         if _STATIC_LAUNCH in "".join(source.split()):
-            return getattr(_StaticCudaLauncher, "_launch_kernel", None)
+            return _StaticCudaLauncher
     return None
 
 
@@ -136,7 +158,7 @@ def _static_args(compiled: Any, count: int) -> tuple[str, tuple[None, ...]] | No
     return "K" * count + "O" * len(hidden), tuple(hidden)
 
 
-def _hook(chain: Any) -> Any:
+def active_hook(chain: Any) -> Any:
     """The hook to pass to the launcher: None for an absent or empty chain (Triton 3.9's
     `HookChain` is never None, so `launch_metadata` would build its dict on every call)."""
     if chain is None:
@@ -167,7 +189,8 @@ def direct_call(compiled: Any, grid: tuple[int, int, int]) -> DirectCall | None:
     g0, g1, g2 = grid
 
     def call(stream: int, args: Sequence[Any]) -> None:
-        enter, leave = _hook(hooks.launch_enter_hook), _hook(hooks.launch_exit_hook)
+        enter = active_hook(hooks.launch_enter_hook)
+        leave = active_hook(hooks.launch_exit_hook)
         if enter is None and leave is None:
             run(g0, g1, g2, stream, function, packed, None, None, None, *args)
             return
@@ -198,12 +221,56 @@ def static_call(compiled: Any, grid: tuple[int, int, int], count: int,
     g0, g1, g2 = grid
 
     def call(stream: int, args: Sequence[Any]) -> None:
-        if _hook(hooks.launch_enter_hook) is None and _hook(hooks.launch_exit_hook) is None:
+        if active_hook(hooks.launch_enter_hook) is None and \
+                active_hook(hooks.launch_exit_hook) is None:
             launch(function, g0, g1, g2, warps, shared, types, (*args, *hidden), stream)
             return
         fallback(stream, args)
 
     return call
+
+
+class NeedsTriton(Exception):  # noqa: N818 - a signal, not an error
+    """A stored phase's call found a Triton launch hook installed: this launch goes through
+    the JITFunction, which feeds the hook."""
+
+
+def stored_call(loaded: cubin_cache.Loaded, grid: tuple[int, int, int]) -> DirectCall | None:
+    """A direct call of a phase loaded from the cubin store, through the static launcher."""
+    launch = static_launcher()
+    if launch is None:
+        return None
+    function, warps, shared = loaded.function, loaded.num_warps, loaded.shared
+    types, hidden = loaded.types, loaded.hidden
+    hooked = cubin_cache.triton_hooks_installed
+    g0, g1, g2 = grid
+
+    def call(stream: int, args: Sequence[Any]) -> None:
+        if hooked():
+            raise NeedsTriton
+        launch(function, g0, g1, g2, warps, shared, types, (*args, *hidden), stream)
+
+    return call
+
+
+@dataclass(frozen=True)
+class PhaseStore:
+    """What keys one phase's entries in the cubin store, beside the device and alignment."""
+
+    source_digest: str
+    phase: str
+    options: tuple[tuple[str, Any], ...]
+    dtypes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, source: str, phase: str, options: dict[str, Any],
+           dtypes: Sequence[str]) -> PhaseStore:
+        return cls(hashlib.sha256(source.encode()).hexdigest(), phase,
+                   tuple(sorted(options.items())), tuple(dtypes))
+
+    def key(self, device: int, alignment: int) -> str | None:
+        return cubin_cache.entry_key(self.source_digest, self.phase, dict(self.options),
+                                     self.dtypes, alignment, device)
 
 
 class PointerArg:
@@ -221,16 +288,32 @@ class PointerArg:
 
 
 class PhaseLauncher:
-    """One phase's kernel and grid; its compiled kernels per (device, alignment key)."""
+    """One phase's kernel and grid; its compiled kernels per (device, alignment key).
 
-    def __init__(self, kernel: Any, programs: int, options: dict[str, Any]) -> None:
-        self.kernel = kernel
+    `kernel` is the phase's JITFunction, or None with `load` a function returning it (the
+    generated module, which imports Triton, is then loaded on the first JIT launch only).
+    `store`: where the phase's compiled kernels are kept across processes (None: nowhere)."""
+
+    def __init__(self, kernel: Any, programs: int, options: dict[str, Any],
+                 store: PhaseStore | None = None, load: Callable[[], Any] | None = None) -> None:
+        self._kernel = kernel
+        self._load = load
         self.programs = programs
         self.grid = (programs, 1, 1)
         self.options = options
+        self.store = store
         # (device, alignment key) -> direct call; None: this key launches through the JIT.
         self.direct: dict[tuple[int, int], DirectCall | None] = {}
         self.path = "jit"
+        # Registers, spills and shared memory of a phase loaded from the store (for
+        # `occupancy.recheck`; a JIT launch hands back Triton's compiled kernel instead).
+        self.meta: dict[str, int | None] | None = None
+
+    @property
+    def kernel(self) -> Any:
+        if self._kernel is None and self._load is not None:
+            self._kernel = self._load()
+        return self._kernel
 
     def jit(self, args: Sequence[Any]) -> Any:
         """Launch through the JITFunction (compiling if needed); Triton's CompiledKernel."""
@@ -239,24 +322,57 @@ class PhaseLauncher:
 
     def prime(self, key: tuple[int, int], compiled: Any, count: int = -1) -> None:
         """Remember how to launch `compiled` directly for later calls with `key` (through
-        torch's static launcher when it can launch this kernel of `count` arguments)."""
+        torch's static launcher when it can launch this kernel of `count` arguments, and
+        then keep it in the store)."""
         if key in self.direct:
             return
         call = direct_call(compiled, self.grid) if compiled is not None else None
         if call is not None and count >= 0:
-            call = static_call(compiled, self.grid, count, call) or call
+            static = static_call(compiled, self.grid, count, call)
+            if static is not None:
+                call = static
+                self._save(key, compiled, count)
         self.direct[key] = call
+
+    def _save(self, key: tuple[int, int], compiled: Any, count: int) -> None:
+        shape = _static_args(compiled, count)
+        entry = self.store.key(*key) if self.store is not None and shape is not None else None
+        if entry is None or shape is None:
+            return
+        from tilenest.backends.cuda.occupancy import compiled_metadata
+
+        cubin_cache.save(entry, compiled, shape[0], shape[1], compiled_metadata(compiled))
+
+    def _stored(self, key: tuple[int, int], count: int) -> DirectCall | None:
+        """The direct call of this phase loaded from the store for `key`, or None (a miss)."""
+        loader = static_loader() if self.store is not None else None
+        entry = self.store.key(*key) if loader is not None and self.store is not None else None
+        if entry is None:
+            return None
+        loaded = cubin_cache.load(entry, key[0], loader)
+        if loaded is None or len(loaded.types) != count + len(loaded.hidden):
+            return None
+        call = stored_call(loaded, self.grid)
+        if call is not None:
+            self.meta = loaded.meta
+            self.direct[key] = call
+        return call
 
     def launch(self, key: tuple[int, int], stream: int, raw: Sequence[int],
                args: Callable[[], Sequence[Any]]) -> Any:
-        """Launch with raw pointer ints `raw` directly when `key` is primed, else through the
-        JIT with `args()` (tensors); Triton's CompiledKernel when the JIT ran, else None."""
+        """Launch with raw pointer ints `raw` directly when `key` is primed (or its phase is
+        in the store), else through the JIT with `args()` (tensors); Triton's
+        CompiledKernel when the JIT ran, else None."""
         call = self.direct.get(key)
+        if call is None and key not in self.direct:
+            call = self._stored(key, len(raw))
         if call is not None:
             try:
                 call(stream, raw)
                 self.path = "direct"
                 return None
+            except NeedsTriton:
+                pass  # this call only: a launch hook is installed
             except TypeError:
                 # The launcher rejected the call before launching (a changed signature):
                 # this key launches through the JITFunction from now on.

@@ -36,9 +36,20 @@ _lock = threading.Lock()
 _private: list[Path] = []  # this process's temporary directory, once made
 
 
+def source_path(source: str) -> str:
+    """The file name the module of `source` carries (the file is written, holding exactly
+    `source`; the module is not compiled: `load_source` does that)."""
+    digest = _digest(source)
+    with _lock:
+        cached = _MODULES.get(digest)
+        if cached is not None:
+            return cached.__file__ or ""
+        return _materialize(f"tn_{digest}.py", source.encode())
+
+
 def load_source(source: str) -> tuple[ModuleType, str]:
     """The module compiled from `source` and the file name its code and tracebacks carry."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    digest = _digest(source)
     with _lock:
         cached = _MODULES.get(digest)
         if cached is not None:
@@ -52,6 +63,10 @@ def load_source(source: str) -> tuple[ModuleType, str]:
         exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
         _MODULES[digest] = module
         return module, filename
+
+
+def _digest(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:24]
 
 
 def _materialize(name: str, data: bytes) -> str:

@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from tilenest.backends.cuda.device import gpu_identity, interpreting
-from tilenest.backends.cuda.launch import MAX_GRID, Build, CudaExecutable
+from tilenest.backends.cuda.launch import CudaExecutable, new_build
 from tilenest.backends.cuda.lower import lower_function
 from tilenest.backends.cuda.occupancy import recheck
-from tilenest.backends.cuda.source_cache import load_source
 from tilenest.backends.cuda.target import explain, plan_cuda, split_note
 from tilenest.backends.registry import Executable, plan_with
 from tilenest.driver.stages import Artifact, Stage, Work
@@ -31,7 +30,8 @@ def _lower(work: Work) -> None:
 
 
 def _load(work: Work) -> None:
-    """Import the Triton source and wrap its kernels in the launcher."""
+    """Write the Triton source and wrap its phases in launchers (the module is compiled at a
+    phase's first JIT launch; a phase found in the cubin store needs none)."""
     fn, chosen, lowered = work.fn, work["plan"], work["lowered"]
     interpret = work["interpret"]
     missing = None
@@ -45,12 +45,8 @@ def _load(work: Work) -> None:
             # running needs the device.
             missing = ("the cuda target needs a CUDA GPU to run (or TRITON_INTERPRET=1 for "
                        "the Triton interpreter); planned for the static H200 description")
-    module, path = load_source(lowered.source)
-    for phase in lowered.phases:
-        if phase.programs > MAX_GRID:
-            raise BackendError(f"phase {phase.name} has {phase.programs} programs; the cuda "
-                               f"grid allows {MAX_GRID}", loc=None)
-    build = Build(lowered, path, [getattr(module, p.name) for p in lowered.phases])
+    build = new_build(fn, lowered)
+    path = build.path
     exe = CudaExecutable(fn, chosen, interpret, fast=build)
     run = exe.run
     if missing is not None:
