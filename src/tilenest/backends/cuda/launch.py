@@ -113,19 +113,26 @@ def _on_host(x: Any) -> bool:
     return isinstance(x, np.ndarray) or x.device.type == "cpu"
 
 
-def _current_device() -> int:
+@functools.cache
+def _device_getters() -> tuple[Any, Any]:
+    """(current device index, current raw stream of a device): torch's C functions where it
+    has them (`torch.cuda.current_device()` adds a lazy-init check per call), looked up
+    once."""
     import torch
 
-    get = getattr(torch._C, "_cuda_getDevice", None)  # torch.cuda.current_device() minus
-    return get() if get is not None else torch.cuda.current_device()  # its lazy-init check
+    device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+    stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
+        (lambda d: torch.cuda.current_stream(d).cuda_stream)
+    return device, stream
+
+
+def _current_device() -> int:
+    return _device_getters()[0]()
 
 
 def _raw_stream(device: int) -> int:
     """The current stream of `device` as Triton's launcher takes it (a CUstream int)."""
-    import torch
-
-    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return get(device) if get is not None else torch.cuda.current_stream(device).cuda_stream
+    return _device_getters()[1](device)
 
 
 class CudaExecutable:
@@ -290,7 +297,8 @@ class CudaExecutable:
         build runs. `device`: the tensors' CUDA device index (None: the current
         device). Never synchronizes; raises BackendError for an earlier launch's run-time
         error (see the module docstring). Only when `accepts_pointers`."""
-        current = _current_device()
+        get_device, get_stream = _device_getters()
+        current = get_device()
         if device is None:
             device = current
         # The lane of a primed launch that needs no per-call state (no status slot, no
@@ -298,7 +306,7 @@ class CudaExecutable:
         lane = self._lanes.get((device, aliased, alignment_key(ptrs)))
         if lane is not None and current == device:
             calls, status = lane
-            stream = _raw_stream(device)
+            stream = get_stream(device)
             raw = [*ptrs, status]
             for call in calls:
                 call(stream, raw)
