@@ -3,7 +3,8 @@
 H200), and the cold / warm compile time of the seed GEMM.
 
 Cases: a 4096-element f32 add `O = X + Y` with its tile size left to the planner, the same add
-as one block (BLOCK=4096: one program, one ctypes call), and a 2-D rows kernel
+as one block (BLOCK=4096: one program, one ctypes call), on strided offset views (cpu), on
+torch CPU tensors (cpu), and a 2-D rows kernel
 (`Y = X * 2 + 1` over 64 x 96 rows). Contenders, each checked against a float64 oracle before
 it is timed:
 
@@ -191,6 +192,13 @@ def cpu_cases(torch: Any | None) -> list[Case]:
             xt, yt, ot = torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(o)
             case.contenders["torch"] = lambda xt=xt, yt=yt, ot=ot: torch.add(xt, yt, out=ot)
         cases.append(case)
+    # Offset, strided views of one buffer (every other element): a specialization of its own.
+    buf = rng.standard_normal(6 * n + 3).astype(np.float32)
+    xs, ys, os_ = buf[1:1 + 2 * n:2], buf[2 * n + 1:4 * n + 1:2], buf[4 * n + 3::2]
+    case = Case("add 4096 (strided views)", add, [xs, ys, os_], os_, _oracle_add(xs, ys), {})
+    case.add_tilenest("cpu")
+    case.contenders["numpy"] = lambda: np.add(xs, ys, out=os_)
+    cases.append(case)
     if torch is not None:  # the same add on torch CPU tensors
         xt, yt = torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
         ot = torch.empty(n)

@@ -1,9 +1,11 @@
 """Where a plain call's host time goes: cProfile of back-to-back calls of a tiny kernel.
 
-`python -m benchmarks.profile_call [--target cuda] [--calls N]`: the compiled call of the
-call-overhead benchmark's 4096-element add, its binder and the executable's raw launch, each
-timed, then the profile of the compiled call sorted by own time (a tool for finding host
-overhead, not a benchmark: it prints, writes nothing).
+`python -m benchmarks.profile_call [--target cuda] [--calls N] [--args KIND]`: the compiled
+call of the call-overhead benchmark's 4096-element add, its binder and the executable's raw
+launch, each timed, then the profile of the compiled call sorted by own time (a tool for
+finding host overhead, not a benchmark: it prints, writes nothing). `--args` picks the
+arguments on cpu: contiguous numpy arrays, CPU torch tensors, offset views, or strided
+(every other element) views.
 """
 
 from __future__ import annotations
@@ -34,23 +36,40 @@ def _per_call(fn: Callable[[], Any], calls: int, sync: Callable[[], None]) -> fl
     return best / calls * 1e6
 
 
+def _arguments(buf: np.ndarray, kind: str) -> tuple[Any, Any, Any]:
+    """x, y, o of 4096 elements each, disjoint, as `--args` asks."""
+    n = 4096
+    if kind == "offset":
+        return buf[1:1 + n], buf[8192 + 3:8192 + 3 + n], buf[16384 + 5:16384 + 5 + n]
+    if kind == "strided":
+        return buf[:2 * n:2], buf[8192:8192 + 2 * n:2], buf[16384:16384 + 2 * n:2]
+    x, y, o = buf[:n].copy(), buf[n:2 * n].copy(), np.zeros(n, np.float32)
+    if kind == "torch":
+        import torch
+
+        return torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(o)
+    return x, y, o
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--target", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--args", choices=("numpy", "torch", "offset", "strided"),
+                        default="numpy")
     args = parser.parse_args(argv)
-    x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+    buf = np.random.default_rng(0).standard_normal(3 * 8192).astype(np.float32)
+    x, y, o = _arguments(buf, args.args)
     sync: Callable[[], None] = lambda: None  # noqa: E731
     if args.target == "cuda":
         import torch
 
-        x = torch.from_numpy(x).cuda()
+        x, y, o = (torch.from_numpy(np.ascontiguousarray(t)).cuda() for t in (x, y, o))
         sync = torch.cuda.synchronize
-    y, o = x * 1, x * 0
     ck = add.compile(x, y, o)
     exe = ck.executable.extras["executable"]
     fast = ck.fast_path() if hasattr(ck, "fast_path") else None
-    ptr = (lambda t: t.data_ptr()) if args.target == "cuda" else (lambda t: t.ctypes.data)
+    ptr = (lambda t: t.data_ptr()) if hasattr(x, "data_ptr") else (lambda t: t.ctypes.data)
     ptrs = [ptr(x), ptr(y), ptr(o)]
     rows = {"compiled ck(x, y, o)": lambda: ck(x, y, o)}
     if fast is not None:
@@ -59,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         rows["exe.launch(ptrs)"] = lambda: exe.launch(ptrs, False)
     for name, fn in rows.items():
         print(f"{name:28s} {_per_call(fn, args.calls, sync):8.2f} us/call")
-    print("launch path:", getattr(exe, "last_path", "?"))
+    print("launch path:", getattr(exe, "last_path", None)
+          or ("inlined by the binder" if getattr(exe, "inline_launch", None) else "launch"))
+    print("build of the last call:", getattr(exe, "last_build", "?"))
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(args.calls):

@@ -349,17 +349,26 @@ def test_alias_check_of_the_generated_code_matches_the_spans() -> None:
 
 
 def test_run_time_error_of_a_one_call_launch() -> None:
-    """One phase on one thread: the launch is a single ctypes call (`_launch_one`); its status
-    word still raises at the call and does not stick."""
+    """One phase on one thread: the binder makes the single ctypes call itself
+    (`inline_launch`); its status word still raises at the call, the slot goes back to the
+    free list, and the error does not stick."""
     n = 256
     bad = divide.compile(np.zeros(n, np.int64), target="cpu", SHIFT=0,
                          constraints={"num_threads": 1})
     exe = executable(bad)
-    assert exe.launch.__func__ is cpu_launch.CpuExecutable._launch_one
+    assert exe.inline_launch is not None
+    assert exe.launch.__func__ is cpu_launch.CpuExecutable._launch_direct
     fast = binder_for(bad)
+    assert "entry0(" in fast.source and "launch((" not in fast.source  # one param: no alias
+    y = np.zeros(n, np.int64)
     for _ in range(3):
         with pytest.raises(tn.BackendError, match="division by zero"):
-            fast((np.zeros(n, np.int64),))
+            fast((y,))
+        with pytest.raises(tn.BackendError, match="division by zero"):
+            exe.launch([y.ctypes.data], False)
+    assert len(exe._free) == 1, "a failed call keeps or leaks its slot"
+    block, _ = exe._free[0]
+    assert block[exe.inline_launch.status] == 0
     good = divide.compile(np.zeros(n, np.int64), target="cpu", SHIFT=3,
                           constraints={"num_threads": 1})
     y, want = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
@@ -379,3 +388,38 @@ def test_host_arguments_of_a_cuda_kernel_have_no_fast_path() -> None:
     assert binder_for(compiled) is None
     compiled.executable.target = "cpu"
     assert binder_for(compiled) is not None
+
+
+@tn.kernel
+def two_phases(X, Y, Z, *, N=64):
+    for p in tn.parallel(tn.axis("g", 1)):
+        b = tn.axis("b", N)
+        Y.tile((0,), (b,)).store(X.tile((0,), (b,)).load() + 1.0)
+    for p in tn.parallel(tn.axis("h", 1)):
+        c = tn.axis("c", N)
+        Z.tile((0,), (c,)).store(X.tile((0,), (c,)).load() * 2.0)
+
+
+def test_inlined_launch_of_several_one_call_phases(rng) -> None:
+    """Every phase one call on this thread: the generated binder calls them in order on one
+    argument block; aliased arguments still go through `launch` (the safe build)."""
+    x = rand(rng, 64)
+    ck = two_phases.compile(x, np.empty_like(x), np.empty_like(x), target="cpu")
+    exe = executable(ck)
+    assert exe.inline_launch is not None and len(exe.inline_launch.phases) == 2
+    fast = binder_for(ck)
+    assert "entry1(" in fast.source
+    for _ in range(2):
+        x = rand(rng, 64)
+        y, z = np.full_like(x, np.nan), np.full_like(x, np.nan)
+        assert fast((x, y, z))
+        assert exe.last_build == "fast"
+        np.testing.assert_allclose(y, x + 1.0, rtol=1e-6)
+        np.testing.assert_allclose(z, x * 2.0, rtol=1e-6)
+    buf = rand(rng, 64)
+    want_y, want_z = np.array(buf, np.float64), np.full(64, np.nan)
+    tn.interpret(two_phases, want_y, want_y, want_z, precision="float64")
+    assert fast((buf, buf, z))  # Y over X: aliased
+    np.testing.assert_allclose(buf, want_y, rtol=1e-6)
+    np.testing.assert_allclose(z, want_z, rtol=1e-6)
+    assert len(exe._free) == 1

@@ -21,7 +21,12 @@ The backend executable (`compiled.executable.extras["executable"]`) provides the
 `written` (per parameter), `spans` ((lo, hi) bytes relative to the base pointer, None when
 empty) and `launch(ptrs, aliased)` (`launch(ptrs, aliased, device_index)` when the key's
 tensors are on `cuda:N`); an executable whose `accepts_pointers` is False has no fast path.
-The alias check is pointer arithmetic against bounds precomputed here from the spans.
+The alias check is pointer arithmetic against bounds precomputed here from the spans. An
+executable may also offer `inline_launch` (cpu `InlineLaunch`: every phase of its fast build
+one ctypes call on the calling thread): the generated function then makes those calls itself
+(a slot from the executable's free list, the pointers stored into its argument block, the
+status word tested), ~0.2 µs less than calling `launch` with a tuple; an aliased call still
+goes through `launch` (the safe build).
 """
 
 from __future__ import annotations
@@ -170,9 +175,39 @@ def _cuda_index(tensor_key: tuple) -> int | None:
     return None
 
 
+def _direct_call(src: _Source, n: int, aliased: str, ptrs: str, direct: Any) -> None:
+    """The launch inlined (an executable's `inline_launch`, e.g. cpu `InlineLaunch`): a slot
+    from the free list, the pointers written into its block, one ctypes call per phase, the
+    status word tested. An aliased call goes through `launch` (the safe build)."""
+    if aliased != "False":
+        src.line(f"if {aliased}:")
+        src.line(f"launch({ptrs}, True)", 2)
+        src.line("return True", 2)
+    src.const("owner", direct.owner)
+    src.line('owner.last_build = "fast"')
+    src.line("try:")
+    src.line(f"slot = {src.const('pop', direct.free.pop)}()", 2)
+    src.line("except IndexError:")
+    src.line(f"slot = {src.const('new_slot', direct.new_slot)}()", 2)
+    src.line("block = slot[0]")
+    for i in range(n):
+        src.line(f"block[{i}] = p{i}")
+    if len(direct.phases) > 1:
+        src.line("address = slot[1]")
+    address = "address" if len(direct.phases) > 1 else "slot[1]"
+    src.const("first", direct.first)
+    for k, (entry, end) in enumerate(direct.phases):
+        src.line(f"{src.const(f'entry{k}', entry)}({address}, first, "
+                 f"{src.const(f'end{k}', end)})")
+    src.line(f"if block[{direct.status}]:")
+    src.line(f"{src.const('failed', direct.failed)}(slot)", 2)
+    src.line(f"{src.const('append', direct.free.append)}(slot)")
+    src.line("return True")
+
+
 def _generate(tensor_key: tuple, written: Sequence[bool],
               spans: Sequence[tuple[int, int] | None], launch: Callable[..., None],
-              name: str) -> FastCall | None:
+              direct: Any, name: str) -> FastCall | None:
     n = len(tensor_key)
     if n == 0:
         return None
@@ -204,10 +239,13 @@ def _generate(tensor_key: tuple, written: Sequence[bool],
     aliased = " or ".join(f"{below} < p{i} - p{j} < {above}"
                           for i, j, below, above in bounds) or "False"
     ptrs = f"({', '.join(f'p{i}' for i in range(n))},)"
-    index = _cuda_index(tensor_key)  # the CUDA launch takes the tensors' device index
-    src.line(f"launch({ptrs}, {aliased}{'' if index is None else f', {index}'})")
-    src.line("return True")
     src.const("launch", launch)
+    if direct is None:
+        index = _cuda_index(tensor_key)  # the CUDA launch takes the tensors' device index
+        src.line(f"launch({ptrs}, {aliased}{'' if index is None else f', {index}'})")
+        src.line("return True")
+    else:
+        _direct_call(src, n, aliased, ptrs, direct)
     text = "\n".join(src.lines) + "\n"
     namespace = dict(src.env)
     exec(compile(text, f"<tilenest fast call of {name}>", "exec"), namespace)  # noqa: S102
@@ -234,4 +272,5 @@ def binder_for(compiled: Any) -> FastCall | None:
     if not (len(tensor_key) == len(written) == len(spans)
             == len(compiled.kernel.tensor_params)):
         return None
-    return _generate(tensor_key, written, spans, launch, compiled.kernel.name)
+    return _generate(tensor_key, written, spans, launch, getattr(exe, "inline_launch", None),
+                     compiled.kernel.name)

@@ -8,17 +8,19 @@ are disjoint; otherwise a build that snapshots every load runs instead.
 
 The launch is prepared once per build (`_Step`s): a phase of one block, or any phase when the
 plan runs on one thread, is one ctypes call on the calling thread; only phases of several
-blocks wake the worker pool. The choice between the builds is `runtime.builds.BuildChoice`
-(shared with the cuda launcher): shapes and strides are fixed by the specialization, so each
-parameter's byte span relative to its base pointer (`spans`) is known at compile time and the
-alias check of a call (`overlaps`) is pointer arithmetic on precomputed bounds; the fast call
-path (`tilenest.runtime.binder`) uses the same `spans`, `written` and `launch`.
+blocks wake the worker pool. When every phase of the fast build is such a call, the
+executable offers them as `inline_launch` and the fast binder makes them itself. The
+choice between the builds is `runtime.builds.BuildChoice` (shared with the cuda launcher):
+shapes and strides are fixed by the specialization, so each parameter's byte span relative to
+its base pointer (`spans`) is known at compile time and the alias check of a call
+(`overlaps`) is pointer arithmetic on precomputed bounds; the fast call path
+(`tilenest.runtime.binder`) uses the same `spans`, `written` and `launch`.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -85,22 +87,41 @@ class _Step(NamedTuple):
     frame_bytes: int
 
 
-class _CallSlot:
-    """One call's argument block and status word. Slots are taken from a free list shared by
-    the executable's callers (list.pop/append are atomic): concurrent calls never share a
-    status word, a nested call (a signal handler calling the kernel) takes another slot, and
-    filling a preallocated array costs a tenth of building one."""
+def new_slot(nparams: int) -> tuple[Any, ctypes.c_void_p]:
+    """One call's argument block: a `uint64[nparams + 2]` holding the base pointers, the
+    address of its last element, and that element, the status word the kernel writes its i32
+    error code to (`status_code` reads it). Slots are taken from a free list shared by the
+    executable's callers (list.pop/append are atomic): concurrent calls never share a status
+    word, a nested call (a signal handler calling the kernel) takes another slot, and filling
+    a preallocated array costs a tenth of building one. The second item is the block's
+    address as a ready ctypes argument: ctypes converts a Python int argument on every call
+    (~0.7 µs for a phase's three), a c_void_p passes as it is."""
+    block = (ctypes.c_uint64 * (nparams + 2))()
+    address = ctypes.addressof(block)
+    block[nparams] = address + 8 * (nparams + 1)
+    return block, ctypes.c_void_p(address)
 
-    __slots__ = ("args", "status", "address", "address_arg")
 
-    def __init__(self, nparams: int) -> None:
-        self.status = (ctypes.c_int32 * 1)()
-        self.args = (ctypes.c_void_p * (nparams + 1))()
-        self.args[nparams] = ctypes.addressof(self.status)
-        self.address = ctypes.addressof(self.args)
-        # ctypes converts a Python int argument on every call (~0.7 µs for a phase's three);
-        # a ready ctypes object passes as it is.
-        self.address_arg = ctypes.c_void_p(self.address)
+def status_code(block: Any, nparams: int) -> int:
+    """The i32 a kernel wrote to the status word of `block` (any byte order)."""
+    return ctypes.c_int32.from_address(block[nparams]).value
+
+
+class InlineLaunch(NamedTuple):
+    """What a caller needs to run the fast build itself when every phase of it is one ctypes
+    call on the calling thread (`CpuExecutable.inline_launch`; the fast binder inlines it): take a
+    slot from `free` (`new_slot()` when empty), write the base pointers to its block, call
+    each `(entry, end)` as `entry(slot[1], first, end)`, and when the block's element
+    `status` is nonzero call `failed(slot)` (it raises); put the slot back otherwise. It sets
+    `owner.last_build` to "fast" as `launch` does."""
+
+    phases: tuple[tuple[Any, ctypes.c_int64], ...]
+    first: ctypes.c_int64
+    status: int
+    free: list
+    new_slot: Callable[[], tuple[Any, ctypes.c_void_p]]
+    failed: Callable[[tuple[Any, ctypes.c_void_p]], None]
+    owner: Any
 
 
 class CpuExecutable:
@@ -124,11 +145,15 @@ class CpuExecutable:
         self._grain = max(1, plan.block_size * plan.blocks_per_task)
         self._fast_steps = self._prepare(self.fast)
         self._safe_steps: tuple[_Step, ...] = ()
-        self._free: list[_CallSlot] = []
-        if len(self._fast_steps) == 1 and self._fast_steps[0].mode == _DIRECT:
-            self._one_entry = self._fast_steps[0].entry
-            self._one_end = ctypes.c_int64(self._fast_steps[0].programs)
-            self.launch = self._launch_one  # type: ignore[method-assign]
+        self._free: list[tuple[Any, ctypes.c_void_p]] = []
+        # Every fast phase one call on this thread: the launch needs no step loop, and the
+        # fast binder makes the calls itself (`inline_launch`).
+        self.inline_launch: InlineLaunch | None = None
+        if self._fast_steps and all(s.mode == _DIRECT for s in self._fast_steps):
+            self.inline_launch = InlineLaunch(
+                tuple((s.entry, ctypes.c_int64(s.programs)) for s in self._fast_steps),
+                _ZERO, self._nparams + 1, self._free, self._new_slot, self._failed, self)
+            self.launch = self._launch_direct  # type: ignore[method-assign]
 
     @property
     def safe(self) -> Build:
@@ -169,9 +194,22 @@ class CpuExecutable:
                 for p, w in zip(self.fn.params, self.written, strict=True)]
         self.launch(ptrs, self.overlaps(ptrs))
 
-    def _launch_one(self, ptrs: Sequence[int], aliased: bool) -> None:
-        """`launch` when the fast build is one phase of one block (or one thread): one ctypes
-        call, nothing else (the most frequent small-kernel case, priced per call)."""
+    def _new_slot(self) -> tuple[Any, ctypes.c_void_p]:
+        return new_slot(self._nparams)
+
+    def _failed(self, slot: tuple[Any, ctypes.c_void_p]) -> None:
+        """A direct call's status word is set: clear it, give the slot back, raise."""
+        block = slot[0]
+        code = status_code(block, self._nparams)
+        block[self._nparams + 1] = 0
+        self._free.append(slot)
+        self._raise(self.fast, code)
+
+    def _launch_direct(self, ptrs: Sequence[int], aliased: bool) -> None:
+        """`launch` when every phase of the fast build is one call on this thread
+        (`inline_launch`; the most frequent small-kernel case, priced per call). No
+        try/finally: a slot an exception (KeyboardInterrupt) leaves behind is dropped, not
+        reused, so its status word cannot leak into a later call."""
         if aliased:
             CpuExecutable.launch(self, ptrs, True)
             return
@@ -180,18 +218,14 @@ class CpuExecutable:
         try:
             slot = free.pop()
         except IndexError:
-            slot = _CallSlot(self._nparams)
-        status = slot.status
-        try:
-            slot.args[:self._nparams] = ptrs
-            self._one_entry(slot.address_arg, _ZERO, self._one_end)
-        finally:
-            code = status[0]
-            if code:
-                status[0] = 0
-            free.append(slot)
-        if code:
-            self._raise(self.fast, code)
+            slot = new_slot(self._nparams)
+        block, address = slot
+        block[:self._nparams] = ptrs
+        for entry, end in self.inline_launch.phases:  # type: ignore[union-attr]
+            entry(address, _ZERO, end)
+        if block[self._nparams + 1]:
+            self._failed(slot)
+        free.append(slot)
 
     def _raise(self, build: Build, code: int) -> None:
         errors = build.lowered.errors
@@ -211,17 +245,18 @@ class CpuExecutable:
             steps = self._fast_steps
         self.last_build = "fast" if build is self.fast else "safe"
         free = self._free
+        nparams = self._nparams
         try:
             slot = free.pop()
         except IndexError:
-            slot = _CallSlot(self._nparams)
-        status = slot.status
+            slot = new_slot(nparams)
+        block, address = slot
         try:
-            slot.args[:self._nparams] = ptrs
-            addr = slot.address
+            block[:nparams] = ptrs
+            addr = address.value
             for entry, programs, mode, frame_bytes in steps:
                 if mode == _DIRECT:
-                    entry(slot.address_arg, _ZERO, programs)
+                    entry(address, _ZERO, programs)
                     continue
                 # Private tiles live on the stack: a calling thread whose stack cannot hold
                 # this phase's frame (a small threading.stack_size) leaves the work to threads
@@ -234,9 +269,9 @@ class CpuExecutable:
                 else:
                     run_on_known_stack(lambda e=entry, n=programs: e(addr, 0, n))
         finally:
-            code = status[0]
+            code = status_code(block, nparams) if block[nparams + 1] else 0
             if code:
-                status[0] = 0
+                block[nparams + 1] = 0
             free.append(slot)
         if code:
             self._raise(build, code)
