@@ -6,13 +6,15 @@ specialization exactly and returns True; it returns False, having done nothing, 
 not (the caller then takes the full binding path, which reports the mismatch). None: this
 compiled kernel has no fast path.
 
-What `fast` checks is derived once from the specialization key's entries
-`(kind, device, dtype name, shape, strides, ...)`, cheapest fields first (the exact type, the
-dtype object, then the shape and stride tuples), plus what the full path would otherwise
-reject or copy: a numpy array the kernel writes must be writeable and aligned, a torch tensor
-must not carry the lazy negation / conjugation bits. Anything unusual (a subclass, an equal
-but distinct dtype object, an entry field it does not know) is a mismatch: the full path
-decides. The check and the pointer extraction are generated as one Python function per
+What `fast` checks is derived once from the specialization key's entries `(kind, device,
+dtype name, shape, strides, ...)`, cheapest fields first (the exact type, the dtype object,
+then the shape and stride tuples), plus what the full path would otherwise reject or copy: a
+numpy array the kernel writes must be writeable and aligned, a torch tensor must not carry
+the lazy negation / conjugation bits. The torch tensors of a call are checked by one C++
+call where torch offers it (`runtime.torch_guard`: type, dispatch keys, dtype, device,
+sizes, strides, not requiring grad), else field by field. Anything unusual (a subclass, an
+equal but distinct dtype object, an entry field it does not know) is a mismatch: the full
+path decides. The check and the pointer extraction are generated as one Python function per
 specialization, because a loop over per-argument checker objects costs more than the whole
 3 µs budget of a tiny kernel's call; the generated text has no branches that depend on
 values other than the key's constants.
@@ -26,7 +28,9 @@ executable may also offer `inline_launch` (cpu `InlineLaunch`: every phase of it
 one ctypes call on the calling thread): the generated function then makes those calls itself
 (a slot from the executable's free list, the pointers stored into its argument block, the
 status word tested), ~0.2 µs less than calling `launch` with a tuple; an aliased call still
-goes through `launch` (the safe build).
+goes through `launch` (the safe build). A cuda executable offers its primed lanes
+(`LaneLaunch`): the generated function computes the alignment key in line, looks the lane
+up and makes its direct calls (`launch` when there is none yet).
 """
 
 from __future__ import annotations
@@ -136,7 +140,44 @@ def _numpy_checks(src: _Source, i: int, entry: tuple, written: bool) -> bool:
     return True
 
 
-def _torch_checks(src: _Source, i: int, entry: tuple) -> bool:
+def _torch_device(device: str) -> str | None:
+    """The torch device of a key's device field (None: one this binder does not know)."""
+    if device in ("cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit()):
+        return device
+    return None
+
+
+def _torch_guarded(src: _Source, tensor_key: tuple) -> set[int]:
+    """The torch arguments checked by one C++ call (`runtime.torch_guard`), emitted first;
+    empty where there is no such check (each is then checked attribute by attribute)."""
+    torch_args = [(i, e) for i, e in enumerate(tensor_key)
+                  if isinstance(e, tuple) and len(e) >= 5 and e[0] == "torch"
+                  and _torch_dtypes().get(e[2]) is not None and isinstance(e[1], str)
+                  and _torch_device(e[1]) is not None]
+    if not torch_args:
+        return set()
+    from tilenest.runtime.torch_guard import tensor_guard
+
+    dtypes = _torch_dtypes()
+    check = tensor_guard([(dtypes[e[2]], e[1], tuple(e[3]), tuple(e[4])) for _, e in torch_args])
+    if check is None:
+        return set()
+    names = ", ".join(f"a{i}" for i, _ in torch_args)
+    # The guard also fails for one tensor passed twice (an in-place call): then the fields
+    # are checked one by one, as without it.
+    start = len(src.lines)
+    src.line(f"if not {src.const('guard', check)}({names}):", 2)
+    for i, entry in torch_args:
+        if not _torch_checks(src, i, entry, depth=3, pointer=False):
+            del src.lines[start:]
+            return set()
+    for i, _ in torch_args:
+        src.line(f"p{i} = a{i}.data_ptr()", 2)
+    return {i for i, _ in torch_args}
+
+
+def _torch_checks(src: _Source, i: int, entry: tuple, depth: int = 2,
+                  pointer: bool = True) -> bool:
     _, device, dname, shape, strides = entry[:5]
     dtype = _torch_dtypes().get(dname)
     if dtype is None:
@@ -158,9 +199,10 @@ def _torch_checks(src: _Source, i: int, entry: tuple) -> bool:
     cond = (f"type({a}) is not Tensor or {a}.dtype is not {src.const(f'd{i}', dtype)} "
             f"or {where} or {a}.shape != {src.const(f's{i}', tuple(shape))} "
             f"or {a}.stride() != {src.const(f'b{i}', tuple(strides))} or {lazy}")
-    src.line(f"if {cond}:", 2)
-    src.line("return False", 3)
-    src.line(f"p{i} = {a}.data_ptr()", 2)
+    src.line(f"if {cond}:", depth)
+    src.line("return False", depth + 1)
+    if pointer:
+        src.line(f"p{i} = {a}.data_ptr()", depth)
     return True
 
 
@@ -205,6 +247,35 @@ def _direct_call(src: _Source, n: int, aliased: str, ptrs: str, direct: Any) -> 
     src.line("return True")
 
 
+def _lane_call(src: _Source, n: int, aliased: str, ptrs: str, lane: Any,
+               index: int | None) -> None:
+    """The cuda launch inlined (`LaneLaunch`): the primed lane looked up with the alignment
+    key computed in line, the direct calls made here; no lane, or tensors on a device that
+    is not current, go through `launch`."""
+    src.line(f"aliased = {aliased}")
+    align = " | ".join(f"(not p{i} & 15) << {n - 1 - i}" for i in range(n))
+    if index is None:
+        src.line(f"device = {src.const('get_device', lane.get_device)}()")
+        src.line(f"lane = {src.const('lanes', lane.lanes)}.get((device, aliased, {align}))")
+        src.line("if lane is None:")
+        src.line(f"launch({ptrs}, aliased)", 2)
+    else:
+        src.line(f"device = {index}")
+        src.line(f"lane = {src.const('lanes', lane.lanes)}.get((device, aliased, {align}))")
+        src.line(f"if lane is None or {src.const('get_device', lane.get_device)}() != device:")
+        src.line(f"launch({ptrs}, aliased, device)", 2)
+    src.line("return True", 2)
+    src.line("calls, status = lane")
+    src.line(f"stream = {src.const('get_stream', lane.get_stream)}(device)")
+    src.line(f"raw = [{', '.join(f'p{i}' for i in range(n))}, status]")
+    src.line("for call in calls:")
+    src.line("call(stream, raw)", 2)
+    src.const("owner", lane.owner)
+    src.line('owner.last_build = "safe" if aliased else "fast"')
+    src.line('owner.last_path = "direct"')
+    src.line("return True")
+
+
 def _generate(tensor_key: tuple, written: Sequence[bool],
               spans: Sequence[tuple[int, int] | None], launch: Callable[..., None],
               direct: Any, name: str) -> FastCall | None:
@@ -217,11 +288,14 @@ def _generate(tensor_key: tuple, written: Sequence[bool],
     # a mismatch, not an error.
     src.line("try:")
     src.line(f"{', '.join(f'a{i}' for i in range(n))}, = args", 2)
+    guarded = _torch_guarded(src, tensor_key)
     for i, entry in enumerate(tensor_key):
         if not isinstance(entry, tuple) or len(entry) < 5:
             return None
         kind = entry[0]
-        if kind == "numpy":
+        if i in guarded:
+            ok = True
+        elif kind == "numpy":
             ok = _numpy_checks(src, i, entry, written[i])
         elif kind == "torch":
             ok = _torch_checks(src, i, entry)
@@ -240,10 +314,12 @@ def _generate(tensor_key: tuple, written: Sequence[bool],
                           for i, j, below, above in bounds) or "False"
     ptrs = f"({', '.join(f'p{i}' for i in range(n))},)"
     src.const("launch", launch)
+    index = _cuda_index(tensor_key)  # the CUDA launch takes the tensors' device index
     if direct is None:
-        index = _cuda_index(tensor_key)  # the CUDA launch takes the tensors' device index
         src.line(f"launch({ptrs}, {aliased}{'' if index is None else f', {index}'})")
         src.line("return True")
+    elif type(direct).__name__ == "LaneLaunch":
+        _lane_call(src, n, aliased, ptrs, direct, index)
     else:
         _direct_call(src, n, aliased, ptrs, direct)
     text = "\n".join(src.lines) + "\n"

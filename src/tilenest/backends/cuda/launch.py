@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -135,6 +135,21 @@ def _raw_stream(device: int) -> int:
     return _device_getters()[1](device)
 
 
+class LaneLaunch(NamedTuple):
+    """What the fast binder needs to take a primed lane itself (`CudaExecutable.launch`
+    minus a method call and the alignment loop): `lanes` maps (device, aliased, alignment
+    key) to (direct calls, status word); with `get_device()` the current device and
+    `get_stream(device)` its raw stream, a call with pointers `ptrs` runs
+    `call(stream, [*ptrs, status])` for each direct call, then sets `owner.last_build`
+    ("fast"/"safe") and `owner.last_path` ("direct"). A key without a lane, or tensors on a
+    device that is not current, go through `owner.launch`."""
+
+    lanes: dict[tuple[int, bool, int], tuple[list[Any], int]]
+    get_device: Any
+    get_stream: Any
+    owner: Any
+
+
 class CudaExecutable:
     """A function compiled to Triton under one plan; `run` binds and launches, `launch` takes
     base pointers of arguments a caller already checked against the specialization."""
@@ -164,6 +179,10 @@ class CudaExecutable:
         # `launch` (raw pointers) needs neither the interpreter nor the padded copies, which
         # are made from tensors.
         self.accepts_pointers = not interpret and self.padding is None
+        # The lanes as the fast binder reads them itself (`LaneLaunch`).
+        self.inline_launch: LaneLaunch | None = None
+        if self.accepts_pointers:
+            self.inline_launch = LaneLaunch(self._lanes, *_device_getters(), self)
         self.status = StatusOwner(fn.name)
         self.last_build = "fast"
         self.last_path = "none"  # how the last call launched: "direct", "jit", "interpreter"
