@@ -314,6 +314,8 @@ print(json.dumps({"seconds": time.perf_counter() - t}))
 
 def _compile_once(target: str, cache_dir: str) -> float:
     env = dict(os.environ, TILENEST_CACHE_DIR=cache_dir)
+    # As an installed package runs: with its bytecode cached (the cold child writes it).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     done = subprocess.run([sys.executable, "-c", COMPILE_CHILD, target], env=env,
                           capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
