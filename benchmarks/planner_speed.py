@@ -123,7 +123,8 @@ def gemm_lines() -> None:
 
     targets = ["cpu"]
     try:
-        import tilenest.backends.cuda.target  # noqa: F401
+        import tilenest.backends.cuda.explain  # noqa: F401
+        import tilenest.backends.cuda.planning  # noqa: F401
         targets.append("cuda")
     except ImportError as e:
         print(f"planner_speed gemm target=cuda skipped: {e}")

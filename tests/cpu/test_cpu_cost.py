@@ -199,3 +199,44 @@ def test_row_passes_pay_once_the_tiles_leave_l1() -> None:
     cost = {rows: plan_cpu(row_scale.ir(x, np.empty_like(x), ROWS=rows), {})[0].selected.cost
             for rows in (1, 16)}
     assert cost[1].term("cache") == 0 < cost[16].term("cache")   # 8 KiB rows: 128 KiB tiles
+
+
+def _priced(policy: CpuCostPolicy, threads: int, **fixed: object):
+    """The cost of tile_mm 128x128x64 (8 programs) on `threads` workers, blocks of one
+    program and one block per task unless `fixed` says otherwise, under `policy`."""
+    fn = tile_mm.ir(*_mm_args(128, 128, 64), BM=32, BN=64, BK=32)
+    controls = {"num_threads": threads, "block_size": 1, "blocks_per_task": 1, **fixed}
+    constraints = tuple(controls.items())
+    return plan_cpu(fn, {"cost_policy": policy, "constraints": constraints})[0].selected.cost
+
+
+def test_a_shared_second_core_prices_two_workers_slower() -> None:
+    """The candidates the prior priced apart only by the worker count (2-worker GEMM and
+    row kernels measured 1.1-1.3x slower than 1 worker on a shared 2-core host): with
+    `parallel` (a pool worker's speed) below 1/2, one worker is the cheaper."""
+    idle, shared = CpuCostPolicy(), CpuCostPolicy(parallel=0.3)
+    assert _priced(idle, 2).total < _priced(idle, 1).total       # a dedicated host
+    assert _priced(shared, 1).total == _priced(idle, 1).total    # the calling thread alone
+    assert _priced(shared, 2).total > _priced(shared, 1).total
+    two = _priced(shared, 2)
+    assert two.term("activation") == _priced(idle, 2).term("activation")  # not scaled
+    assert two.term("arithmetic") == pytest.approx(_priced(idle, 2).term("arithmetic") / 0.3)
+
+
+def test_tasks_are_priced_so_calibration_can_fit_them() -> None:
+    """`task` has a positive prior (a multiplicative fit cannot move a 0): more tasks on
+    the critical path cost more, everything else equal."""
+    policy = CpuCostPolicy()
+    assert policy.coefficients()["task"] > 0 and policy.coefficients()["parallel"] == 1
+    few = _priced(policy, 2, blocks_per_task=4)
+    many = _priced(policy, 2, blocks_per_task=1)
+    assert many.term("task") > few.term("task") > 0
+    assert SeedCostPolicy().coefficients()["task"] == 0          # the seed prior is kept
+
+
+def test_parallel_is_a_fraction_in_profiles() -> None:
+    from tilenest.tune.profiles import ProfileError, check_coefficients
+
+    assert check_coefficients("cpu", {"parallel": 0.5}, "t") == {"parallel": 0.5}
+    with pytest.raises(ProfileError, match="fraction"):
+        check_coefficients("cpu", {"parallel": 1.5}, "t")

@@ -294,14 +294,24 @@ def test_fused_reduction_bits_for_every_interleave(partitions: int, rows: int, n
                                rtol=3e-6, atol=1e-7)
 
 
-def test_fusion_priced_by_register_room() -> None:
+def test_fusion_priced_by_register_room_and_fold_width() -> None:
     """AVX2: exp interleaved 4 ways already spills, the partials would live in memory
-    (measured slower): not fused. AVX-512's 32 registers hold them: fused."""
+    (measured slower): not fused. AVX-512's 32 registers hold them, but the fold combines
+    4-lane vectors where the separate pass combines 16-lane ones (measured 1.4-3.8x
+    slower fused): not fused either; the fold's price is W / P times its weight."""
     x = np.zeros((64, 4096), np.float32)
     fn = _softmax.ir(x, np.zeros_like(x), ROWS=2, N=4096)
     listed = {"fuse_reductions": families(fn)["fuse_reductions"]}
     assert FamilyPricer(AVX2).choose(fn, listed)["fuse_reductions"][0] is False
-    assert FamilyPricer(AVX512).choose(fn, listed)["fuse_reductions"][0] is True
+    wide = FamilyPricer(AVX512)
+    assert wide.choose(fn, listed)["fuse_reductions"][0] is False
+    fused, apart = wide.price(fn, "fuse_reductions", True), wide.price(fn, "fuse_reductions",
+                                                                        False)
+    w = wide.weights
+    assert fused / apart == pytest.approx(w["fused_fold"] * (16 / 4) / w["reduce_pass"])
+    # A fold weight cheap enough to beat the 4x narrower vectors makes it fuse again.
+    cheap = FamilyPricer(AVX512, fused_fold=0.2)
+    assert cheap.choose(fn, listed)["fuse_reductions"][0] is True
 
 
 def test_empty_tensors_plan_and_run() -> None:

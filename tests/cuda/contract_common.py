@@ -10,9 +10,9 @@ import numpy as np
 import torch
 
 import tilenest as tn
+from tilenest.backends.cuda.device import interpreting
 from tilenest.backends.cuda.lower import lower_function
 from tilenest.backends.cuda.plan import default_plan
-from tilenest.backends.cuda.target import interpreting
 
 
 def run_both(kernel: Any, arrays: list[np.ndarray], device: str, *, same: dict[int, int]

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from tilenest.backends.cuda.cost import GpuCostPolicy, tile_efficiency
+from tilenest.backends.cuda.device import H200
 from tilenest.backends.cuda.occupancy import compiled_metadata, recheck, wave_footprint
 from tilenest.backends.cuda.plan import CudaPlan
-from tilenest.backends.cuda.target import H200, plan_cuda
+from tilenest.backends.cuda.planning import plan_cuda
 from tilenest.examples import EXAMPLES
 from tilenest.plan.traversal import grid_coords
 

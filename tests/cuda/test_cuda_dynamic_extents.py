@@ -14,7 +14,8 @@ from contract_common import assert_bitwise, eighths
 from tests.shared_contracts import jagged_sum
 
 import tilenest as tn
-from tilenest.backends.cuda.target import H200, plan_cuda
+from tilenest.backends.cuda.device import H200
+from tilenest.backends.cuda.planning import plan_cuda
 from tilenest.plan.search import require_selection
 
 REGROUP = tn.NumericalPolicy(allow_regrouping=True)

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 import tilenest as tn
+from tilenest.backends.cuda.device import H200
 from tilenest.backends.cuda.element_grid import flat_programs, geometry, refusal
 from tilenest.backends.cuda.lower import lower_function
 from tilenest.backends.cuda.plan import CudaPlan, validate
-from tilenest.backends.cuda.target import H200, plan_cuda
+from tilenest.backends.cuda.planning import plan_cuda
 from tilenest.errors import BackendError
 from tilenest.examples import EXAMPLES
 from tilenest.examples.common import Case
@@ -105,7 +106,7 @@ def test_softmax_is_rejected_with_a_reason() -> None:
     assert {r.constraint for r in result.rejected} == {"element_grid"}
     assert "not pointwise" in result.rejected[0].reason
     with pytest.raises(PlanningError, match="element_grid"):
-        from tilenest.backends.cuda.target import require_selection
+        from tilenest.plan.search import require_selection
 
         require_selection(result, "softmax")
     # Unforced, the planner never offers it.

@@ -15,6 +15,7 @@ import torch
 
 import tilenest as tn
 from tilenest.backends.cuda.cost import GpuCostPolicy
+from tilenest.backends.cuda.device import H200
 from tilenest.backends.cuda.lower import lower_function
 from tilenest.backends.cuda.padding import (
     KMAJOR,
@@ -23,10 +24,11 @@ from tilenest.backends.cuda.padding import (
     kstrided_params,
 )
 from tilenest.backends.cuda.plan import CudaPlan
-from tilenest.backends.cuda.target import H200, plan_cuda, require_selection
+from tilenest.backends.cuda.planning import plan_cuda
 from tilenest.examples import EXAMPLES
 from tilenest.plan import PlanningError
 from tilenest.plan.explain import render
+from tilenest.plan.search import require_selection
 
 GEMM = EXAMPLES["gemm"].kernel
 GEMM_T = EXAMPLES["gemm_transposed"].kernel

@@ -13,10 +13,11 @@ import torch
 
 import tilenest as tn
 from tilenest.backends.cuda.cost import GpuCostPolicy
+from tilenest.backends.cuda.device import H200
 from tilenest.backends.cuda.lower import lower_function
 from tilenest.backends.cuda.padding import paddable_operands, rows_aligned
 from tilenest.backends.cuda.plan import CudaPlan
-from tilenest.backends.cuda.target import H200, plan_cuda
+from tilenest.backends.cuda.planning import plan_cuda
 from tilenest.errors import ArgumentError
 from tilenest.examples import EXAMPLES
 from tilenest.plan import PlanningError
@@ -98,7 +99,7 @@ def test_partial_constraints() -> None:
 ])
 def test_unrealizable_fixed_plan_names_the_control(plan: CudaPlan, field: str) -> None:
     with pytest.raises(PlanningError, match=field) as err:
-        from tilenest.backends.cuda.target import require_selection
+        from tilenest.plan.search import require_selection
 
         result, _ = plan_cuda(_gemm_fn(512, 512, 512), {"plan": plan}, H200)
         require_selection(result, "gemm")

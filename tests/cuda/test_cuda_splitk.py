@@ -10,10 +10,11 @@ import pytest
 import torch
 
 import tilenest as tn
+from tilenest.backends.cuda.device import H200
 from tilenest.backends.cuda.lower import lower_function
 from tilenest.backends.cuda.plan import CudaPlan
+from tilenest.backends.cuda.planning import plan_cuda
 from tilenest.backends.cuda.splitk import split_site
-from tilenest.backends.cuda.target import H200, plan_cuda
 from tilenest.examples import EXAMPLES
 from tilenest.plan import PlanningError
 

@@ -10,9 +10,11 @@ import pytest
 import torch
 
 import tilenest as tn
+from tilenest.backends.cuda.device import H200
+from tilenest.backends.cuda.explain import explain
 from tilenest.backends.cuda.lower import lower_function
 from tilenest.backends.cuda.plan import CudaPlan, candidates, default_plan, validate
-from tilenest.backends.cuda.target import H200, explain, plan_cuda
+from tilenest.backends.cuda.planning import plan_cuda
 from tilenest.errors import BackendError
 from tilenest.examples import EXAMPLES
 from tilenest.plan.traversal import grid_coords, program_coords

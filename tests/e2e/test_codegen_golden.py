@@ -136,8 +136,9 @@ def cpu_codegen(golden_name: str) -> str:
 
 def cuda_codegen(golden_name: str) -> str:
     """The header and Triton device source of one golden, planned for the static H200."""
+    from tilenest.backends.cuda.device import H200
     from tilenest.backends.cuda.lower import lower_function
-    from tilenest.backends.cuda.target import H200, plan_cuda
+    from tilenest.backends.cuda.planning import plan_cuda
     from tilenest.plan.search import require_selection
 
     fn = _function(golden_name, "torch")

@@ -309,8 +309,9 @@ def test_cuda_device_source_calls_libdevice(dtype: Any) -> None:
     import triton.language.standard as standard
     from triton.runtime.jit import JITFunction
 
+    from tilenest.backends.cuda.device import H200
     from tilenest.backends.cuda.lower import lower_function
-    from tilenest.backends.cuda.target import H200, plan_cuda
+    from tilenest.backends.cuda.planning import plan_cuda
     from tilenest.plan.search import require_selection
 
     a, p, e = _inputs(np.random.default_rng(5), dtype)

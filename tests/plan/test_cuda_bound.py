@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import tilenest as tn
-from tilenest.backends.cuda.target import H200, plan_cuda
+from tilenest.backends.cuda.device import H200
+from tilenest.backends.cuda.planning import plan_cuda
 from tilenest.numerics import NumericalPolicy
 from tilenest.plan.search import BOUND_ONLY
 

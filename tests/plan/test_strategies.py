@@ -256,7 +256,8 @@ def _cpu_case(name: str, case: int = 0):
 
 def _cuda_case(name: str, case: int = 0):
     pytest.importorskip("torch", reason="cuda planning captures torch tensors")
-    from tilenest.backends.cuda.target import H200, plan_cuda
+    from tilenest.backends.cuda.device import H200
+    from tilenest.backends.cuda.planning import plan_cuda
 
     fn = _example_fn(name, "torch", case)
     return lambda opts: plan_cuda(fn, opts, H200)[0]

@@ -136,7 +136,8 @@ def test_fit_refuses_what_it_cannot_fit(priced: list) -> None:
     with pytest.raises(cal.CalibrationError, match="unknown coefficients"):
         cal.fit(data, "cpu", policy_cls=CpuCostPolicy, params=["nope"])
     with pytest.raises(cal.CalibrationError, match="positive finite prior"):
-        cal.fit(data, "cpu", policy_cls=CpuCostPolicy, params=["task"])
+        cal.fit(data, "cpu", policy_cls=CpuCostPolicy, params=["task"],
+                prior={**CpuCostPolicy().coefficients(), "task": 0.0})
     with pytest.raises(cal.CalibrationError, match="no ok cpu samples"):
         cal.fit([], "cpu", policy_cls=CpuCostPolicy)
 

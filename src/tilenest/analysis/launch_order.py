@@ -9,7 +9,12 @@ import itertools
 from math import prod
 from typing import Any
 
-from tilenest.analysis.trips import _evaluate, _spaced, _Unknown, index_dependencies
+from tilenest.analysis.trips import (
+    UnknownIndex,
+    evaluate_index,
+    index_dependencies,
+    spaced_coordinates,
+)
 from tilenest.ir import ops
 from tilenest.ir.core import Value, at_source
 
@@ -50,7 +55,7 @@ def _trend(op: ops.RegionOp, coords: list[Value], extents: list[int], axis: int,
     """+1: the trips of `op` never decrease along `axis` and grow from its first to its last
     coordinate, at each setting of the other axes to their first or last; -1 the mirror;
     0 otherwise."""
-    along = sorted(set(_spaced(extents[axis], samples)) | {0, extents[axis] - 1})
+    along = sorted(set(spaced_coordinates(extents[axis], samples)) | {0, extents[axis] - 1})
     signs = set()
     for corner in itertools.product(*[(0, e - 1) for e in extents]):
         trips = []
@@ -58,8 +63,8 @@ def _trend(op: ops.RegionOp, coords: list[Value], extents: list[int], axis: int,
             env = {v: (c if i == axis else corner[i]) for i, v in enumerate(coords)}
             memo: dict[Value, Any] = {}
             try:
-                trips.append(prod(max(0, _evaluate(b, env, memo)) for b in op.bounds))
-            except _Unknown:
+                trips.append(prod(max(0, evaluate_index(b, env, memo)) for b in op.bounds))
+            except UnknownIndex:
                 return 0
         steps = [b - a for a, b in itertools.pairwise(trips)]
         if all(s >= 0 for s in steps) and trips[-1] > trips[0]:

@@ -84,8 +84,8 @@ class Trips:
                f"max {self.maximum}"
 
 
-class _Unknown(Exception):
-    """The expression reads a loaded value."""
+class UnknownIndex(Exception):
+    """The expression reads a loaded value (`evaluate_index` without a `read`)."""
 
 
 _APPLY = {
@@ -99,12 +99,12 @@ _APPLY = {
 }
 
 
-def _evaluate(v: Value, env: dict[Value, Any], memo: dict[Value, Any],
-              apply: dict[type, Callable[[Any, Any], Any]] = _APPLY,
-              read: Callable[[ops.Load, Any], Any] | None = None) -> Any:
+def evaluate_index(v: Value, env: dict[Value, Any], memo: dict[Value, Any],
+                   apply: dict[type, Callable[[Any, Any], Any]] = _APPLY,
+                   read: Callable[[ops.Load, Any], Any] | None = None) -> Any:
     """The value of index expression `v` with the coordinates of `env`: Python ints with
     `_APPLY`, or arrays of every instance at once with `_VECTOR`. A loaded element is
-    `read(load, its position)` (`_Unknown` without `read`)."""
+    `read(load, its position)` (`UnknownIndex` without `read`)."""
     if v in env:
         return env[v]
     if v in memo:
@@ -113,12 +113,12 @@ def _evaluate(v: Value, env: dict[Value, Any], memo: dict[Value, Any],
     if isinstance(op, ops.IndexConst):
         out = int(op.value)
     elif isinstance(op, ops.IndexBinary) and type(op) in apply:
-        out = apply[type(op)](_evaluate(op.lhs, env, memo, apply, read),
-                              _evaluate(op.rhs, env, memo, apply, read))
+        out = apply[type(op)](evaluate_index(op.lhs, env, memo, apply, read),
+                              evaluate_index(op.rhs, env, memo, apply, read))
     elif read is not None and (load := _element_read(v)) is not None:
-        out = read(load, _evaluate(load.indices[0], env, memo, apply, read))
+        out = read(load, evaluate_index(load.indices[0], env, memo, apply, read))
     else:
-        raise _Unknown
+        raise UnknownIndex
     memo[v] = out
     return out
 
@@ -161,7 +161,7 @@ def _dynamic_values(op: ops.RegionOp) -> list[Value]:
     return [e for e in op.extent_sources() if isinstance(e, Value)]
 
 
-def _spaced(n: int, k: int) -> range | list[int]:
+def spaced_coordinates(n: int, k: int) -> range | list[int]:
     """At most k coordinates of an axis of n, evenly spaced, first and last included."""
     if n <= k:
         return range(n)
@@ -190,13 +190,13 @@ class _Enumeration:
         memo: dict[Value, int] = {}
         visited: list[tuple[Value, range | list[int]]] = []
         for coord, e in zip(head.coords, head.extent_sources(), strict=True):
-            n = max(0, _evaluate(e, env, memo)) if isinstance(e, Value) else e
+            n = max(0, evaluate_index(e, env, memo)) if isinstance(e, Value) else e
             if n == 0:
                 return
             if coord not in self.relevant:
                 weight *= n
                 continue
-            values = _spaced(n, self.per_axis)
+            values = spaced_coordinates(n, self.per_axis)
             self.sampled = self.sampled or len(values) < n
             weight *= n / len(values)
             visited.append((coord, values))
@@ -435,7 +435,7 @@ def _simulable(values: Iterable[Value]) -> tuple[set[Value], set[ops.Load]] | No
 
 
 def _table_read(tables: dict[Value, np.ndarray]) -> Callable[[ops.Load, Any], np.ndarray]:
-    """`_evaluate`'s read of simulated elements: the table's value at each position, the
+    """`evaluate_index`'s read of simulated elements: the table's value at each position, the
     load's fill outside the tensor."""
 
     def read(load: ops.Load, at: np.ndarray) -> np.ndarray:
@@ -472,7 +472,7 @@ def _simulated_trips(op: ops.RegionOp, ctx: _Context, chain: list[ops.RegionOp]
             if c in relevant]
     if len(axes) != len(relevant):  # a coordinate of no enclosing region
         return None
-    grids = np.meshgrid(*(np.asarray(_spaced(e, k), np.int64)
+    grids = np.meshgrid(*(np.asarray(spaced_coordinates(e, k), np.int64)
                           for (_, e), k in zip(axes, _shares([e for _, e in axes]),
                                                strict=True)), indexing="ij")
     env = {c: g.ravel() for (c, _), g in zip(axes, grids, strict=True)}
@@ -482,7 +482,7 @@ def _simulated_trips(op: ops.RegionOp, ctx: _Context, chain: list[ops.RegionOp]
     count = np.ones(max((g.size for g in env.values()), default=1), np.float64)
     for e in op.extent_sources():
         count = count * (e if isinstance(e, int) else np.maximum(
-            _evaluate(e, env, memo, _VECTOR, _table_read(tables)), 0))
+            evaluate_index(e, env, memo, _VECTOR, _table_read(tables)), 0))
     maximum = _interval_maximum(op, ctx.assumed, ctx.cap)
     maximum = int(count.max()) if maximum is None else max(maximum, int(count.max()))
     return Trips(float(count.mean()), maximum, SIMULATED, float(count.max()))
@@ -503,7 +503,7 @@ def _dynamic_trips(op: ops.RegionOp, ctx: _Context) -> Trips:
     most = 0
     for env, weight in walk.instances(chain, {}, 1.0):
         memo: dict[Value, int] = {}
-        count = prod(max(0, _evaluate(e, env, memo)) if isinstance(e, Value) else e
+        count = prod(max(0, evaluate_index(e, env, memo)) if isinstance(e, Value) else e
                      for e in sources)
         total += weight * count
         parents += weight

@@ -198,7 +198,7 @@ def _cpu_planner() -> Planner:
 
 
 def _cuda_planner() -> Planner:
-    from tilenest.backends.cuda.target import plan_cuda
+    from tilenest.backends.cuda.planning import plan_cuda
 
     return plan_cuda
 

@@ -51,7 +51,7 @@ def _cuda_names() -> dict[str, float]:
 # them (a share or a rate multiplier: at most 1 by meaning).
 PRIORS: dict[str, Callable[[], dict[str, float]]] = {"cpu": _cpu_names, "cuda": _cuda_names}
 FRACTIONS: dict[str, frozenset[str]] = {
-    "cpu": frozenset({"l3_stream"}),
+    "cpu": frozenset({"l3_stream", "parallel"}),
     "cuda": frozenset({"misaligned_fraction", "kstrided_fraction", "mma_sync_fraction",
                        "l2_reuse"}),
 }

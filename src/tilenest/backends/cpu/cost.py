@@ -44,6 +44,9 @@ extended with the terms that price tile shapes (issue 9):
 - `dispatch` also charges a fixed overhead per packet (program prologue, tile addressing),
   so tiny tiles pay for their count; `imbalance` charges the critical path's excess at the
   full per-packet cost, cache and register terms included.
+- `task` charges each task a worker claims (positive prior, so calibration can fit it),
+  and a launch over several workers runs at its slowest worker's speed (`parallel`, a
+  share of an idle core: below 1 where the host's other cores run foreign work).
 
 Every coefficient is finite and non-negative. The result is relative work, uncalibrated:
 it ranks candidates, it does not predict time.
@@ -76,7 +79,18 @@ SHAPE_WEIGHTS: dict[str, float] = {"register": 1.0, "spill": 2.0, "l2_line": 2.0
                                    "l3_line": 8.0, "packet": 16.0, "prefetch_streams": 4.0,
                                    "cold_row": 54.0, "cold_line": 3.0, "l3_stream": 0.4,
                                    "unrolled": 1.0, "pass_line": 1.0}
-WEIGHTS: dict[str, float] = {**SEED_WEIGHTS, **SHAPE_WEIGHTS}
+# Launch terms the seed prior leaves at 0 or implicit, given positive priors so that
+# calibration can move them (a multiplicative fit cannot move a 0):
+# - `task`: a worker claims each task of its home chunks (an atomic on a line the workers
+#   share, ~20-40 ns, ~100 relative units); 64 keeps the prior's ranking of grains close.
+# - `parallel`: the speed of a pool worker beside the calling thread, as a share of an
+#   idle core (a fraction, at most 1). Home chunks are static, so a launch over h > 1
+#   workers lasts as long as its slowest: its per-packet work runs 1 / parallel slower. On
+#   a dedicated host 1; on a shared 2-core host whose other core runs foreign work, much
+#   less: 2-worker GEMM and row kernels of 80-350 us measured 1.1-1.3x slower than 1
+#   worker (Sapphire Rapids, load average ~5), where parallel = 1 predicts 1.8x faster.
+LAUNCH_WEIGHTS: dict[str, float] = {"task": 64.0, "parallel": 1.0}
+WEIGHTS: dict[str, float] = {**SEED_WEIGHTS, **SHAPE_WEIGHTS, **LAUNCH_WEIGHTS}
 TERMS = ("arithmetic", "memory", "register", "cache", "stream", "dispatch", "imbalance",
          "task", "activation")
 SEED_TERMS = ("arithmetic", "memory", "dispatch", "imbalance", "task", "activation")
@@ -173,6 +187,8 @@ class CpuCostPolicy(CostPolicy):
         imbalance  = max(0, critical_packets - Q / h) * (a + m + r + c + t)
         task       = w_task * critical_tasks
         activation = w_activation if h > 1 else 0
+    every term but activation / w_parallel when h > 1 (the slowest worker of the launch:
+    w_parallel is a pool worker's speed as a share of an idle core, at most 1).
     """
 
     name = "cpu analytic prior (seed 004 + tile shapes)"
@@ -270,18 +286,26 @@ class CpuCostPolicy(CostPolicy):
             a, m, r, c = self._per_packet(ph, s, width, per_lane, atom)
             t = self._streams(ph) + self._unrolled(ph, width)
             q, h = s["packets"], s["workers"]
-            totals["arithmetic"] += a * q / h
-            totals["memory"] += m * q / h
-            totals["register"] += r * q / h
-            totals["cache"] += c * q / h
-            totals["stream"] += t * q / h
+            slow = 1.0 / self._speed(h)  # the slowest worker's time per unit of work
+            totals["arithmetic"] += a * q / h * slow
+            totals["memory"] += m * q / h * slow
+            totals["register"] += r * q / h * slow
+            totals["cache"] += c * q / h * slow
+            totals["stream"] += t * q / h * slow
             totals["dispatch"] += (w["block"] * s["critical_blocks"]
-                                   + w["packet"] * s["critical_packets"])
+                                   + w["packet"] * s["critical_packets"]) * slow
             totals["imbalance"] += (max(0.0, s["critical_packets"] - q / h)
-                                    * (a + m + r + c + t))
-            totals["task"] += w["task"] * s["critical_tasks"]
+                                    * (a + m + r + c + t) * slow)
+            totals["task"] += w["task"] * s["critical_tasks"] * slow
             totals["activation"] += w["activation"] if h > 1 else 0.0
         return CostBreakdown.of(totals)
+
+    def _speed(self, workers: float) -> float:
+        """The slowest worker's speed in a launch over `workers` (1 on the calling thread
+        alone; `parallel`, a share of an idle core, beside pool workers)."""
+        if workers <= 1:
+            return 1.0
+        return min(1.0, max(self.weights["parallel"], 1e-9))
 
     def lower_bound(self, candidate: Candidate, work: ScheduledWork, workers: int) -> float:
         """No candidate with this work (any block, grain or traversal, up to `workers`

@@ -16,6 +16,11 @@ through MCJIT instead (which reports real errors, such as an unresolved external
 BackendErrors). The object's bytes were authenticated before they reach this module; the
 bounds checks here guard against a format this loader does not understand, not against a
 forger.
+
+The reading half (`read_sections`, `read_symbols`: section headers, the symbol table and its
+string table, each bounds-checked) has no policy and serves jit.py's check of undefined
+symbols too, on any ELF64 little-endian object; what the loader refuses it checks on its own
+(`_refuse_unhandled`, and thread-local symbols as it resolves them).
 """
 
 from __future__ import annotations
@@ -24,15 +29,19 @@ import ctypes
 import mmap
 import struct
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 _EM_X86_64 = 62
 _ET_REL = 1
-_SHT_PROGBITS, _SHT_SYMTAB, _SHT_RELA, _SHT_NOBITS, _SHT_REL = 1, 2, 4, 8, 9
+SHT_SYMTAB = 2
+_SHT_PROGBITS, _SHT_RELA, _SHT_NOBITS, _SHT_REL = 1, 4, 8, 9
 _SHT_INIT_ARRAYS = frozenset({14, 15, 16})  # init, fini, preinit arrays
 _SHF_WRITE, _SHF_ALLOC, _SHF_TLS = 0x1, 0x2, 0x400
 _SKIPPED = frozenset({".eh_frame"})  # allocated, but unneeded: no exceptions unwind here
-_SHN_UNDEF, _SHN_LORESERVE, _SHN_ABS = 0, 0xFF00, 0xFFF1
-_STB_GLOBAL, _STB_WEAK = 1, 2
+SHN_UNDEF = 0
+_SHN_LORESERVE, _SHN_ABS = 0xFF00, 0xFFF1
+STB_GLOBAL = 1
+_STB_WEAK = 2
 _STT_SECTION, _STT_TLS = 3, 6
 _R_NONE, _R_64, _R_PC32, _R_PLT32, _R_PC64 = 0, 1, 2, 4, 24
 _PAGE = mmap.PAGESIZE
@@ -43,7 +52,9 @@ class ElfError(Exception):
     """This object is not one the loader handles (the caller loads it through MCJIT)."""
 
 
-class _Section:
+class Section:
+    """One section header, named (`base`: its offset in the loader's mapping, once laid out)."""
+
     __slots__ = ("name", "kind", "flags", "offset", "size", "link", "info", "align",
                  "entsize", "base")
 
@@ -51,7 +62,7 @@ class _Section:
         (_name, self.kind, self.flags, _addr, self.offset, self.size, self.link, self.info,
          self.align, self.entsize) = fields
         self.name = name
-        self.base: int | None = None  # load address, for loaded sections
+        self.base: int | None = None  # offset in the mapping, for loaded sections
 
 
 class LoadedObject:
@@ -78,11 +89,28 @@ def _cstring(data: bytes, offset: int) -> str:
     return data[offset:end].decode("utf-8", "strict")
 
 
-def _sections(obj: bytes) -> list[_Section]:
-    _check(len(obj) >= 64 and obj[:4] == b"\x7fELF" and obj[4] == 2 and obj[5] == 1,
-           "not an ELF64 little-endian object")
-    e_type, e_machine = struct.unpack_from("<HH", obj, 16)
-    _check(e_type == _ET_REL and e_machine == _EM_X86_64, "not an x86-64 relocatable object")
+class Symbol(NamedTuple):
+    """One symbol table entry (`bind`, `kind`: the high and low nibbles of st_info)."""
+
+    name: str
+    bind: int
+    kind: int
+    shndx: int
+    value: int
+
+
+def is_elf64_le(obj: bytes) -> bool:
+    """Whether `obj` opens as an ELF64 little-endian file (IndexError past its end)."""
+    return obj[:4] == b"\x7fELF" and obj[4] == 2 and obj[5] == 1
+
+
+# ------------------------------------------------------------------ reading (no policy)
+
+
+def read_sections(obj: bytes) -> list[Section]:
+    """The named section headers of an ELF64 little-endian object, each section within the
+    object (ElfError otherwise); any machine, object kind and section kind."""
+    _check(len(obj) >= 64 and is_elf64_le(obj), "not an ELF64 little-endian object")
     shoff, = struct.unpack_from("<Q", obj, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 0x3A)
     _check(shentsize == 64 and 0 < shnum and shoff + shnum * 64 <= len(obj)
@@ -91,17 +119,42 @@ def _sections(obj: bytes) -> list[_Section]:
     names = raw[shstrndx]
     _check(names[4] + names[5] <= len(obj), "section names out of bounds")
     table = obj[names[4]:names[4] + names[5]]
-    out = [_Section(fields, _cstring(table, fields[0]) if i else "")
+    out = [Section(fields, _cstring(table, fields[0]) if i else "")
            for i, fields in enumerate(raw)]
     for s in out:
         _check(s.kind == _SHT_NOBITS or s.offset + s.size <= len(obj),
                f"section {s.name} out of bounds")
-        _check(s.kind not in _SHT_INIT_ARRAYS and not s.flags & _SHF_TLS,
-               f"section {s.name}: constructors or thread-local storage")
     return out
 
 
-def _layout(sections: list[_Section]) -> tuple[list[_Section], int, int]:
+def read_symbols(obj: bytes, sections: list[Section], symtab: Section) -> list[Symbol]:
+    """Every entry of symbol table `symtab` (the null symbol first), named from its string
+    table."""
+    _check(symtab.entsize == 24 and symtab.link < len(sections), "a malformed symbol table")
+    strtab = sections[symtab.link]
+    names = obj[strtab.offset:strtab.offset + strtab.size]
+    out = []
+    for pos in range(symtab.offset, symtab.offset + symtab.size, 24):
+        st_name, st_info, _other, shndx, value, _size = struct.unpack_from("<IBBHQQ", obj, pos)
+        out.append(Symbol(_cstring(names, st_name) if st_name else "", st_info >> 4,
+                          st_info & 0xF, shndx, value))
+    return out
+
+
+# ------------------------------------------------------------------ loading (the policy)
+
+
+def _refuse_unhandled(obj: bytes, sections: list[Section]) -> None:
+    """ElfError for what the loader does not handle however well formed: another machine or
+    object kind, constructors, thread-local storage."""
+    e_type, e_machine = struct.unpack_from("<HH", obj, 16)
+    _check(e_type == _ET_REL and e_machine == _EM_X86_64, "not an x86-64 relocatable object")
+    for s in sections:
+        _check(s.kind not in _SHT_INIT_ARRAYS and not s.flags & _SHF_TLS,
+               f"section {s.name}: constructors or thread-local storage")
+
+
+def _layout(sections: list[Section]) -> tuple[list[Section], int, int]:
     """(the loaded sections with their offsets in the mapping, the size of the read-only
     and executable part, the total size): read-only sections first, writable after, each
     part page-aligned."""
@@ -116,7 +169,7 @@ def _layout(sections: list[_Section]) -> tuple[list[_Section], int, int]:
     return readonly + writable, code_size, max(_place(writable, code_size), _PAGE)
 
 
-def _place(part: list[_Section], offset: int) -> int:
+def _place(part: list[Section], offset: int) -> int:
     """Give each section of `part` its offset from `offset` on; the page-aligned end."""
     for s in part:
         align = max(s.align, 1)
@@ -126,21 +179,15 @@ def _place(part: list[_Section], offset: int) -> int:
     return (offset + _PAGE - 1) // _PAGE * _PAGE
 
 
-def _symbols(obj: bytes, sections: list[_Section], symtab: _Section, origin: int,
+def _symbols(obj: bytes, sections: list[Section], symtab: Section, origin: int,
              resolve: Callable[[str], int]) -> tuple[list[int | None], dict[str, int]]:
     """Every symbol's address (None: in a section not loaded) and the defined globals."""
-    _check(symtab.entsize == 24 and symtab.link < len(sections), "a malformed symbol table")
-    strtab = sections[symtab.link]
-    names = obj[strtab.offset:strtab.offset + strtab.size]
     addresses: list[int | None] = []
     defined: dict[str, int] = {}
-    for pos in range(symtab.offset, symtab.offset + symtab.size, 24):
-        st_name, st_info, _other, shndx, value, _size = struct.unpack_from("<IBBHQQ", obj, pos)
-        bind, kind = st_info >> 4, st_info & 0xF
+    for name, bind, kind, shndx, value in read_symbols(obj, sections, symtab):
         _check(kind != _STT_TLS, "a thread-local symbol")
-        name = _cstring(names, st_name) if st_name else ""
         address: int | None
-        if shndx == _SHN_UNDEF:
+        if shndx == SHN_UNDEF:
             address = resolve(name) if name else 0
             _check(bool(address) or bind == _STB_WEAK or not name, f"unresolved symbol {name}")
         elif shndx == _SHN_ABS:
@@ -150,7 +197,7 @@ def _symbols(obj: bytes, sections: list[_Section], symtab: _Section, origin: int
                    f"symbol {name}: section index {shndx:#x}")
             base = sections[shndx].base
             address = None if base is None else origin + base + value
-            if bind in (_STB_GLOBAL, _STB_WEAK) and name and kind != _STT_SECTION \
+            if bind in (STB_GLOBAL, _STB_WEAK) and name and kind != _STT_SECTION \
                     and address is not None:
                 defined[name] = address
         addresses.append(address)
@@ -164,9 +211,10 @@ def _mapping_address(memory: mmap.mmap) -> int:
 def load(obj: bytes, resolve: Callable[[str], int]) -> LoadedObject:
     """Load and relocate `obj` (ElfError when it is not one this loader handles).
     `resolve(name)` is the address of an external symbol, 0 when there is none."""
-    sections = _sections(obj)
+    sections = read_sections(obj)
+    _refuse_unhandled(obj, sections)
     loaded, code_size, size = _layout(sections)
-    symtabs = [s for s in sections if s.kind == _SHT_SYMTAB]
+    symtabs = [s for s in sections if s.kind == SHT_SYMTAB]
     _check(len(symtabs) == 1, "not exactly one symbol table")
     memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
                        prot=mmap.PROT_READ | mmap.PROT_WRITE)
@@ -189,7 +237,7 @@ def load(obj: bytes, resolve: Callable[[str], int]) -> LoadedObject:
     return LoadedObject(memory, defined)
 
 
-def _relocate(obj: bytes, rela: _Section, target: _Section, origin: int,
+def _relocate(obj: bytes, rela: Section, target: Section, origin: int,
               addresses: Sequence[int | None], memory: mmap.mmap) -> None:
     assert target.base is not None
     for pos in range(rela.offset, rela.offset + rela.size, 24):

@@ -34,9 +34,15 @@ benchmarks/results/cpu-issue9-families-*.md for the planner's pick against every
   fold inside the materializing loop: `fused_fold` while the loop's P/W partial vectors fit
   the registers beside its vector-math body (the function's widest body at the plan's
   default interleave, priced as for `math_interleave`), else `fused_spilled`: the partials
-  then live in memory and their chain runs through store forwarding. Measured on znver3
-  (AVX2: exp at 4 vectors already spills), softmax rows of 4096-16384: fused 5-38% slower
-  (ROWS 1-8), so False there; the AVX-512 side (no spill) is priced, not measured.
+  then live in memory and their chain runs through store forwarding. Either is scaled by
+  W / P (at least 1): the fold combines P-lane vectors (P = the plan's reduction
+  partitions), one dependent combine per P elements, where the separate pass combines
+  full W-lane vectors. Measured on znver3 (AVX2: exp at 4 vectors already spills),
+  softmax rows of 4096-16384: fused 5-38% slower (ROWS 1-8), so False there. Measured on
+  a 2-core Sapphire Rapids (AVX-512, W = 16, P = 4: no spill, but 4-lane folds), one
+  thread, interleaved medians: softmax 2048x128 fused 1.4x (ROWS=1) to 3.8x (ROWS=8)
+  slower, 256x1024 1.6-1.9x slower; the unfused times do not depend on ROWS. Priced
+  0.5 x 4 = 2 against 1 there (False); fused only where W <= P (SSE, f64 on AVX2).
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ from tilenest.ir.types import TensorType, TileType
 
 FAMILY_WEIGHTS: dict[str, float] = {"issue": 4.0, "latency": 3.0, "overlap": 2.0, "live": 2.0,
                                     "spill": 1.0, "rfo": 1.0, "stage": 0.1, "short_row": 2.0,
-                                    "scalar_nt": 4.0, "reduce_pass": 1.0, "fused_fold": 0.25,
+                                    "scalar_nt": 4.0, "reduce_pass": 1.0, "fused_fold": 0.5,
                                     "fused_spilled": 1.5}
 PAGE_BYTES = 4096
 STREAM_MIN_ROW_BYTES = 4096  # rules_memory.STREAM_MIN_ROW_BYTES (the size rule)
@@ -202,10 +208,16 @@ def _fuse_reductions(fn: Function, value: object, host: HostShape,
         t = take.x.type
         elements = _elements(t.shape) if isinstance(t, TileType) else 1
         bits = t.dtype.bits if isinstance(t, TileType) else 32
-        partial_vectors = -(-CpuPlan().reduction_partitions // max(1, host.vector_bits // bits))
+        partitions = CpuPlan().reduction_partitions
+        width = max(1, host.vector_bits // bits)
+        partial_vectors = -(-partitions // width)
         fits = held + partial_vectors <= host.registers
         fold = w["fused_fold"] if fits else w["fused_spilled"]
-        total += times.get(id(op), 1) * elements * (fold if value else w["reduce_pass"])
+        # The fold runs on P-lane vectors, one dependent combine per P elements: per
+        # element, W / P times the work of the separate pass's full-width combines.
+        narrow = max(1.0, width / partitions)
+        total += times.get(id(op), 1) * elements * (fold * narrow if value
+                                                     else w["reduce_pass"])
     return total
 
 

@@ -20,6 +20,15 @@ import threading
 
 import llvmlite.binding as llvm
 
+from tilenest.backends.cpu.elf import (
+    SHN_UNDEF,
+    SHT_SYMTAB,
+    STB_GLOBAL,
+    ElfError,
+    is_elf64_le,
+    read_sections,
+    read_symbols,
+)
 from tilenest.backends.cpu.host import HostInfo as HostInfo
 from tilenest.backends.cpu.host import host_info as host_info
 from tilenest.backends.cpu.host import record as record_host
@@ -141,25 +150,14 @@ def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, pipeline: Pipeline) -
 
 def _elf_undefined_symbols(obj: bytes) -> list[str] | None:
     """Strong undefined symbols of an ELF64 little-endian relocatable object, or None when the
-    object is in another format (then the IR's declarations are checked instead)."""
-    if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+    object is in another format (then the IR's declarations are checked instead). Read with
+    elf.py's parser, not its loader's policy: any machine, constructors and TLS included."""
+    if not is_elf64_le(obj):
         return None
-    shoff, = struct.unpack_from("<Q", obj, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize)
-                for i in range(shnum)]
-    names: list[str] = []
-    for _name, sh_type, _f, _a, off, size, link, _i, _al, entsize in sections:
-        if sh_type != 2:  # SHT_SYMTAB
-            continue
-        str_off = sections[link][4]
-        for pos in range(off + entsize, off + size, entsize):  # entry 0 is the null symbol
-            st_name, st_info, _other, st_shndx = struct.unpack_from("<IBBH", obj, pos)
-            if st_shndx != 0 or st_info >> 4 != 1:  # defined, or not STB_GLOBAL (weak is ok)
-                continue
-            end = obj.index(b"\0", str_off + st_name)
-            names.append(obj[str_off + st_name:end].decode())
-    return names
+    sections = read_sections(obj)
+    return [sym.name for symtab in sections if symtab.kind == SHT_SYMTAB
+            for sym in read_symbols(obj, sections, symtab)[1:]  # entry 0: the null symbol
+            if sym.shndx == SHN_UNDEF and sym.bind == STB_GLOBAL]  # weak is ok
 
 
 _DECLARE = re.compile(r'^declare\b[^@\n]*@("(?:[^"\\]|\\.)*"|[-\w$.]+)\s*\(', re.MULTILINE)
@@ -274,7 +272,7 @@ def _load_cached(disk: DiskCache, key: str) -> tuple[bytes, str] | None:
         _elf_undefined_symbols(blobs[_OBJ])
         if blobs[_OBJ]:
             return blobs[_OBJ], optimized
-    except (struct.error, ValueError, IndexError, UnicodeDecodeError):
+    except (ElfError, struct.error, ValueError, IndexError, UnicodeDecodeError):
         pass
     disk.evict(key, [_OBJ, _IR])
     return None

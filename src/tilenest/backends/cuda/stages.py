@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from tilenest.backends.cuda.device import gpu_identity, interpreting
+from tilenest.backends.cuda.explain import explain, split_note
 from tilenest.backends.cuda.launch import CudaExecutable, new_build
 from tilenest.backends.cuda.lower import lower_function
 from tilenest.backends.cuda.occupancy import recheck
-from tilenest.backends.cuda.target import explain, plan_cuda, split_note
+from tilenest.backends.cuda.planning import plan_cuda
 from tilenest.backends.registry import Executable, plan_with
 from tilenest.driver.stages import Artifact, Stage, Work
 from tilenest.errors import BackendError

@@ -1,4 +1,7 @@
-"""The cuda target: device facts, the planner's view of the GPU, and preparing a function.
+"""The cuda target: the planner's view of the GPU for one function (`CudaTargetInfo`):
+facts derived once, candidates realized as plans, admission, resources and the schedule
+cost.py prices. The candidate space it expands is space.py's, the planning entry
+(`plan_cuda`) planning.py's, the `explain()` text explain.py's.
 
 Facts come from `torch.cuda.get_device_properties` when a GPU is present, else from a
 static H200 description (tests without a GPU, the interpreter tier). The cost model is
@@ -10,20 +13,14 @@ not time predictions.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import fields
 from typing import Any
 
-from tilenest.analysis.combining import combine_lines
-from tilenest.analysis.launch_order import order_lines
-from tilenest.analysis.mask_split import split_lines
 from tilenest.analysis.resources import ExecutionResources, ResourceLimits
 from tilenest.analysis.work import ExecutionWork
 from tilenest.backends.cuda import bound
 from tilenest.backends.cuda.bound import with_shares
 from tilenest.backends.cuda.cost import H200_RATES, GpuCostPolicy
-from tilenest.backends.cuda.device import H200 as H200
-from tilenest.backends.cuda.device import GpuInfo, device_info, gpu_identity
-from tilenest.backends.cuda.device import interpreting as interpreting
+from tilenest.backends.cuda.device import GpuInfo, gpu_identity
 from tilenest.backends.cuda.element_grid import BLOCKS as ELEMENT_BLOCKS
 from tilenest.backends.cuda.element_grid import flat_programs, refusal
 from tilenest.backends.cuda.occupancy import resident, wave_footprint
@@ -36,8 +33,6 @@ from tilenest.backends.cuda.padding import (
     paddable_operands,
 )
 from tilenest.backends.cuda.plan import (
-    GROUP_SIZES,
-    WARPS,
     CudaPlan,
     default_plan,
     has_op,
@@ -57,11 +52,11 @@ from tilenest.backends.cuda.resources import (
     registers_per_thread,
     smem_per_stage,
 )
+from tilenest.backends.cuda.space import launch_points, operand_layouts, split_factors, traversals
 from tilenest.backends.cuda.splitk import split_phases, split_site
-from tilenest.errors import ArgumentError, BackendError
+from tilenest.errors import BackendError
 from tilenest.ir import ops
 from tilenest.ir.core import Function
-from tilenest.numerics import as_policy
 from tilenest.plan.constraints import Constraints
 from tilenest.plan.cost import CostPolicy
 from tilenest.plan.records import (
@@ -76,45 +71,7 @@ from tilenest.plan.records import (
     Resources,
     Schedule,
 )
-from tilenest.plan.search import PlanningResult, plan, planner_options
-from tilenest.plan.search import require_selection as require_selection
 from tilenest.plan.target import TargetFacts
-
-
-def explain(fn: Function, plan: CudaPlan, info: GpuInfo | None = None,
-            phases: list[Any] | None = None, result: PlanningResult | None = None,
-            target: CudaTargetInfo | None = None) -> str:
-    """The target line, the plan, and the selected candidate's cost terms (the planner's
-    one model: the same numbers that ranked it)."""
-    info = info or device_info()
-    lines = [
-        f"target cuda ({info.name}, {info.sms} SMs, cc {info.compute_capability[0]}."
-        f"{info.compute_capability[1]}, {info.smem_per_block // 1024} KiB smem/block, "
-        f"{info.regs_per_sm} regs/SM, {info.bandwidth / 1e12:.2f} TB/s, facts from "
-        f"{info.source})",
-        f"plan: {plan.describe()}",
-    ]
-    sel = result.selected if result is not None else None
-    if sel is not None:
-        lines.append(f"cost ({sel.cost.unit}; total is a roofline over phases, not the sum "
-                     "of terms): " + ", ".join(f"{k}={v:.4g}" for k, v in sel.cost.terms)
-                     + f", total={sel.cost.total:.4g}")
-        if target is not None:
-            lines += target.describe_schedule(sel.candidate)
-    if phases:
-        lines.append("phases: " + ", ".join(f"{p.name} ({p.programs} programs)"
-                                             for p in phases))
-    from tilenest.backends.cuda.rules_memory import describe_combine  # rules import late
-
-    lines += combine_lines(fn, describe_combine)
-    if plan.split_masks:
-        lines += split_lines(fn)
-    if plan.heavy_first and not plan.element_grid:
-        lines += order_lines(root_parallels(fn))
-    return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------- target info
 
 
 def _has_loop_loads(fn: Function) -> bool:
@@ -122,7 +79,6 @@ def _has_loop_loads(fn: Function) -> bool:
                for op in fn.walk())
 
 
-SPLITS = (2, 4, 8, 16)
 _REALIZED: dict[tuple, CudaPlan] = {}  # CudaTargetInfo._realize, across functions
 _REALIZED_MAX = 8192
 
@@ -227,56 +183,22 @@ class CudaTargetInfo:
 
     def traversals(self, extents: tuple[int, ...], order: tuple[int, ...]
                    ) -> tuple[tuple[int, int], ...]:
-        """Row-major, and grouped bands of GROUP_SIZES rows (one column per rectangle, as
-        Triton's grouped ordering) where `mma` tiles share operands through L2."""
-        if len(order) < 2 or len(extents) != len(order) or not self.has_mma:
-            return (ROW_MAJOR,)
-        rows = extents[order[-2]]
-        first = (min(self.default.group_rows, rows), self.default.group_columns)
-        out = [first if first[0] > 1 else ROW_MAJOR]  # the default rule's first: ties keep it
-        if list(order) != sorted(order):
-            # A transposed order re-walks the same grid: its row-major and default bands are
-            # the two L2 patterns it adds (every group size again would double the space).
-            return tuple(dict.fromkeys([*out, ROW_MAJOR]))
-        for g in (1, *GROUP_SIZES[1:]):
-            t = (min(g, rows), 1) if g > 1 else ROW_MAJOR
-            if t not in out:
-                out.append(t)
-        return tuple(out)
+        """Row-major, and grouped bands where `mma` tiles share operands (space.py)."""
+        return traversals(extents, order, self.has_mma, self.default)
 
-    def _splits(self) -> list[int]:
-        """Split-K factors: a fixed one (checked at admission); else, where the policy
-        allows regrouping and the function has a split site whose grid leaves SMs idle,
-        the factors that keep at least two loop trips per slice."""
-        cons = self.constraints
-        if cons.has("split_k"):
-            return [int(cons.get("split_k"))]
-        if not self.allow_regrouping or isinstance(self.split, str):
-            return [1]
-        programs = self.split.programs
-        if programs >= self.gpu.sms:
-            return [1]
-        return [1] + [s for s in SPLITS if self.split.trips >= 2 * s
-                      and programs * s <= 4 * self.gpu.sms]
+    def splits(self) -> list[int]:
+        """The split-K factors searched (space.py)."""
+        return split_factors(self.constraints, self.split, self.gpu.sms, self.allow_regrouping)
 
     def _expansions(self) -> list[tuple[int, int, int, tuple]]:
         if self._expansion is not None:
             return self._expansion
-        cons = self.constraints
-        d = self.default
-        warps = [cons.get("num_warps")] if cons.has("num_warps") else \
-            [d.num_warps] + [w for w in WARPS[1:4] if w != d.num_warps]
-        if cons.has("num_stages"):
-            stages = [cons.get("num_stages")]
-        elif self.has_loop_loads:
-            # Tensor-core loops unpipelined leave wgmma waiting on every load: the model
-            # always ranks 1 stage last there, so it is not offered (fixing it still works).
-            lowest = 2 if self.tensor_core else 1
-            stages = [d.num_stages] + [s for s in range(lowest, 5) if s != d.num_stages]
-        else:
-            stages = [1]
-        self._expansion = [(w, st, sk, layouts) for layouts in self._layouts()
-                           for sk in self._splits() for w in warps for st in stages]
+        warps, stages = launch_points(self.constraints, self.default, self.has_loop_loads,
+                                      self.tensor_core)
+        layouts = operand_layouts(self.fn, self.constraints, self.paddable, self.kmajor,
+                                  self.misaligned)
+        self._expansion = [(w, st, sk, lay) for lay in layouts
+                           for sk in self.splits() for w in warps for st in stages]
         return self._expansion
 
     def offered(self, base: Candidate) -> bool:
@@ -317,30 +239,6 @@ class CudaTargetInfo:
             # memo keys below (record identities) survive the planner's admission.
             yield Candidate(binding, base.distribution, records[2], records[0], records[1],
                             base.index)
-
-    def _layouts(self) -> Iterator[tuple[tuple[str, str], ...]]:
-        """Operand layouts: padded copies (on/off) x K-major copies (on/off), per operand
-        with a choice, in parameter order; combinations where one choice covers the other
-        (every paddable operand is K-major copied) appear once."""
-        cons = self.constraints
-        if cons.has("pad_misaligned"):
-            pads = [bool(cons.get("pad_misaligned"))]
-        else:
-            pads = [False, True] if self.paddable else [False]
-        if cons.has("kmajor_copy"):
-            kms = [bool(cons.get("kmajor_copy"))]
-        else:
-            kms = [False, True] if self.kmajor else [False]
-        kmajor = {o.name for o in self.kmajor}
-        names = [p.name for p in self.fn.params if p.name in kmajor
-                 or p.name in self.misaligned]
-        for km in kms:
-            for pad in pads:
-                padded = {o.name for o in self.paddable} if pad else set()
-                if km and pad and padded <= kmajor and not cons.has("pad_misaligned"):
-                    continue
-                yield tuple((n, KMAJOR if km and n in kmajor else PADDED if n in padded
-                             else "original") for n in names)
 
     def _key(self, candidate: Candidate) -> tuple:
         """Identities of the shared records `expand` built (kept alive by the memo), or
@@ -652,61 +550,3 @@ class CudaTargetInfo:
                          candidate.resources,
                          Schedule(s.reduction_partitions, windows, s.stages, s.split_k),
                          candidate.index)
-
-
-# ------------------------------------------------------------------------- planning
-
-
-def _constraints(options: dict[str, Any], policy: Any) -> Constraints:
-    """Fixed controls from `plan=` (every field) and/or `constraints=`; the traversal
-    fields become the planner's `program_traversal`."""
-    fixed = options.get("plan")
-    pairs: dict[str, Any] = {}
-    if fixed is not None:
-        if not isinstance(fixed, CudaPlan):
-            raise ArgumentError(f"plan= must be a CudaPlan for the cuda target, got {fixed!r}")
-        pairs = {f.name: getattr(fixed, f.name) for f in fields(fixed)}
-    known = {f.name for f in fields(CudaPlan)}
-    for name, value in Constraints.of(options.get("constraints")).pairs:
-        if name not in known:
-            raise ArgumentError(f"unknown cuda plan control {name!r}; known: {sorted(known)}")
-        if name in pairs and pairs[name] != value:
-            raise ArgumentError(f"constraint {name}={value!r} contradicts plan= "
-                                f"({pairs[name]!r})")
-        pairs[name] = value
-    for name in ("allow_tf32", "allow_fma", "allow_regrouping", "allow_fast_math"):
-        if pairs.pop(name, False) and not getattr(policy, name):
-            raise BackendError(f"CudaPlan.{name}: the numerical policy does not allow it "
-                               f"(policy {policy.describe()})", loc=None)
-    if "group_rows" in pairs or "group_columns" in pairs:
-        pairs["program_traversal"] = (pairs.pop("group_rows", 1),
-                                      pairs.pop("group_columns", 1))
-    return Constraints.of(pairs)
-
-
-def plan_cuda(fn: Function, options: dict[str, Any], gpu: GpuInfo | None = None
-              ) -> tuple[PlanningResult, CudaTargetInfo]:
-    """Run the planner for `fn` on the GPU (or the static H200 description); no Triton."""
-    policy = as_policy(options.get("policy"))
-    cons = _constraints(options, policy)
-    info = CudaTargetInfo(fn, gpu or device_info(), cons, allow_tf32=policy.allow_tf32,
-                          allow_fma=policy.allow_fma,
-                          allow_regrouping=policy.allow_regrouping,
-                          allow_fast_math=policy.allow_fast_math)
-    opts = planner_options(options, cons)
-    return plan(fn, info, opts), info
-
-
-def split_note(info: CudaTargetInfo) -> str:
-    """Why split-K was or was not in the space (one line, empty when irrelevant)."""
-    site = info.split
-    if isinstance(site, str) or info.constraints.has("split_k"):
-        return ""
-    if not info.allow_regrouping:
-        return (f"split-K: not searched; the K loop ({site.programs} output tiles, "
-                f"{site.trips} trips) could split, but the numerical policy keeps the `mma` "
-                f"contraction ordered (NumericalPolicy(allow_regrouping=True) allows it)\n")
-    if site.programs >= info.gpu.sms:
-        return (f"split-K: not searched; {site.programs} output tiles already fill "
-                f"{info.gpu.sms} SMs\n")
-    return f"split-K: searched factors {info._splits()} for {site.programs} output tiles\n"
