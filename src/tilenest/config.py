@@ -13,7 +13,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -33,6 +33,11 @@ class Knob(Generic[T]):
     parse: Callable[[str], T]
     default: Callable[[], T]
     verbatim: bool = False
+    # The name as `os.environ`'s mapping keys it (encoded once: `raw` runs on every call).
+    key: Any = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", _environ_key(self.name))
 
     def raw(self) -> object:
         """The variable's value as the process holds it, unparsed (None when unset): only
@@ -43,7 +48,7 @@ class Knob(Generic[T]):
         data = _ENVIRON_DATA
         if data is None:
             return os.environ.get(self.name)
-        return data.get(_environ_key(self.name))
+        return data.get(self.key)
 
     def read(self) -> T:
         raw = os.environ.get(self.name, "")
@@ -64,8 +69,7 @@ _ENVIRON_DATA: dict[Any, Any] | None = getattr(os.environ, "_data", None)
 
 
 @functools.cache
-@functools.cache
-def _environ_key(name: str) -> Any:  # encoded once: the plain call path asks on every call
+def _environ_key(name: str) -> Any:  # os.environ's key of a name (Knob.key)
     return os.environ.encodekey(name) if hasattr(os.environ, "encodekey") else name
 
 

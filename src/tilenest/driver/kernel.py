@@ -370,13 +370,14 @@ class Kernel:
         return register(self, name, mutates, **constants)
 
     def __call__(self, *args: Any, target: str | None = None, **kwargs: Any) -> None:
-        signature = self._constants_signature(kwargs)
-        if signature is not None:
-            last = self._last
-            if (last is not None and last[0] == self._compiled.generation
-                    and last[4] == signature and last[5] == target
-                    and last[1] == TARGET.raw() and last[2] == TUNE.raw() and last[3](args)):
-                return
+        # The cheapest fields first: the constants (none, usually), the target, the
+        # compile generation, the two variables that redirect a call, then the binder.
+        signature = self._constants_signature(kwargs) if kwargs else ()
+        last = self._last
+        if (last is not None and signature is not None and last[4] == signature
+                and last[5] == target and last[0] == self._compiled.generation
+                and last[1] == TARGET.raw() and last[2] == TUNE.raw() and last[3](args)):
+            return
         options = take_options(kwargs)
         try:
             tensors, consts, key = self._bind(args, kwargs)
@@ -400,7 +401,8 @@ class Kernel:
             if name not in self.const_params or kind not in _SCALAR_CONSTANTS:
                 return None
             out.append((name, kind, value.hex() if kind is float else value))
-        out.sort(key=lambda item: item[0])
+        if len(out) > 1:
+            out.sort(key=lambda item: item[0])
         return tuple(out)
 
 
