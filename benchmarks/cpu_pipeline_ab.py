@@ -1,7 +1,8 @@
 """Kernel run time under two LLVM pipelines (`backends/cpu/jit.py` `Pipeline`), same plans,
 in one process: "before" is a named pipeline (default: the O3 pipeline with every vectorizer,
 the unroller and the interleaver on, codegen O3, what the jit ran before issue 11's cold
-compile work), "after" is `AFTER` (the O2 pipeline, same vectorizers, O3 codegen).
+compile work), "after" is `AFTER` (the O2 pipeline, same vectorizers, O3 codegen); `--before`
+and `--after` change fields of those (`--after loop_unrolling=0`: O3 without LLVM's unroller).
 
 Per case (the CPU suite's full-size cases with the planner's pick, then every example's demo
 case): the plain call is compiled under "before"; its plan and constants are then fixed and
@@ -167,12 +168,32 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _spec(text: str) -> dict[str, Any]:
+    """'speed_level=2,loop_unrolling=0' -> field values (ints; flags as 0/1)."""
+    out: dict[str, Any] = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        name, _, value = item.partition("=")
+        if name not in BEFORE:
+            raise SystemExit(f"unknown pipeline field {name!r}; known: {sorted(BEFORE)}")
+        out[name] = bool(int(value)) if isinstance(BEFORE[name], bool) else int(value)
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--only", default=None, help="comma list of example names")
     p.add_argument("--quick", action="store_true", help="fewer, shorter samples")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--before", default="", help="Pipeline field changes to BEFORE, e.g. "
+                   "'loop_unrolling=0' (fields of backends/cpu/pipelines.Pipeline)")
+    p.add_argument("--after", default="", help="Pipeline field changes to BEFORE for the "
+                   "after side, e.g. 'loop_unrolling=0' (default: AFTER)")
     a = p.parse_args()
+    if a.before:
+        BEFORE.update(_spec(a.before))
+    if a.after:
+        AFTER.clear()
+        AFTER.update({**BEFORE, **_spec(a.after)})
     os.environ.setdefault("TILENEST_CACHE_DIR", tempfile.mkdtemp(prefix="tilenest-pipe-ab-"))
     timing = Timing(rounds=3, min_time_s=0.15, min_runs=5, max_runs=200) if a.quick else \
         Timing(rounds=7, min_time_s=0.7, min_runs=7, max_runs=2000)

@@ -12,6 +12,12 @@ One `mma` call contracts static extents M × N × K (the tile shapes). Its reali
 The last row panel has M mod MR rows and the last column panel fewer vectors (its last
 vector partly used: only its valid lanes are loaded and stored), each a block of its own
 static shape: there are no scalar edge loops.
+The packing loops are never unrolled by LLVM (`unroll=False`): they are copies bound by
+memory, and O3's unroller made most of the module's code (attention: LLVM optimize +
+codegen 0.52 -> 0.16 s without it, run time 0.96-0.98x; gemm 512^3 / 1000x1030x999
+0.94x / 0.96x, the demo cases within noise; an interleaved A/B of the same plans on a loaded
+2-core AVX-512 Xeon, outputs bitwise equal. Compile times:
+benchmarks/results/compile-time-cpu-helper-cputime-*).
 
 Every output element adds its products in k order, each product rounded before its add
 (`fmul` then `fadd`) unless the numerical policy allows FMA: the results are bitwise those
@@ -170,7 +176,7 @@ class Microkernel:
                                                  self._gep(dst, b.add(out, j))), name="pbj")
 
             if full:
-                em.loop(0, full, panel, name="pbp")
+                em.loop(0, full, panel, name="pbp", unroll=False)
             if tail < nr:
                 out = b.add(c64(full * K * nr), b.mul(k, c64(tail_cols)))
                 n0 = full * nr
@@ -182,7 +188,7 @@ class Microkernel:
                     value = scalar(k, c64(n0 + j)) if j < tail else ir.Constant(self.elem, 0)
                     b.store(value, self._gep(dst, b.add(out, c64(j))))
 
-        em.loop(0, K, row, name="pbk")
+        em.loop(0, K, row, name="pbk", unroll=False)
         return Operand(dst, K * nr)
 
     def pack_a(self, a: Arr, a_m: int, a_k: int, M: int, K: int) -> Operand:
@@ -205,11 +211,12 @@ class Microkernel:
                     value = sc.cast(b, a.dtype, self.work, a.load(b, coords, None))
                     b.store(value, self._gep(dst, b.add(out, c64(r))))
 
-            em.loop(0, K, step, name="pak")
+            em.loop(0, K, step, name="pak", unroll=False)
 
         full, rest = divmod(M, mr)
         if full:
-            em.loop(0, full, lambda q: panel(b.mul(q, c64(mr)), mr), name="paq")
+            em.loop(0, full, lambda q: panel(b.mul(q, c64(mr)), mr), name="paq",
+                    unroll=False)
         if rest:
             panel(c64(full * mr), rest)
         return Operand(dst, K)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from math import prod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tilenest.analysis.trips import Trips, trip_counts
 from tilenest.errors import BackendError
 from tilenest.ir import ops
 from tilenest.ir.core import Function, Value
+
+if TYPE_CHECKING:
+    from tilenest.analysis.trips import Trips
 
 MATRIX_ATOMS = ("ordered", "microkernel")
 MATH_INTERLEAVES = (1, 2, 4, 8)
@@ -215,6 +217,9 @@ def default_partitions(fn: Function) -> int:
         if not isinstance(op, ops.Reduce) or op.order != "unordered_tree":
             continue
         if op.is_dynamic:  # priced at its expected trips (analysis.trips)
+            # Imported here: a plan-cache hit validates a stored plan without planning.
+            from tilenest.analysis.trips import trip_counts
+
             trips = trip_counts(fn) if trips is None else trips
             n = trips[op].expected
         else:
