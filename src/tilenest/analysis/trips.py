@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from tilenest.analysis.index_ranges import BINARY_RULES, Interval, dtype_range, index_ranges
+from tilenest.analysis.memo import per_function
 from tilenest.ir import ops
 from tilenest.ir.core import Function, Op, Region, Value
 from tilenest.ir.types import INDEX, TensorType
@@ -519,8 +520,10 @@ def _static(op: ops.RegionOp) -> Trips:
     return Trips(float(n), n)
 
 
+@per_function
 def trip_counts(fn: Function) -> dict[ops.RegionOp, Trips]:
-    """Per region op of `fn`: its trips per instance of its parent."""
+    """Per region op of `fn`: its trips per instance of its parent (computed once per
+    function body: the planner's cost models ask for every candidate; read-only)."""
     ctx: _Context | None = None
     out: dict[ops.RegionOp, Trips] = {}
     for op in fn.walk():
