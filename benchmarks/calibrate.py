@@ -2,6 +2,8 @@
 
     PYTHONPATH=src:. python -m benchmarks.calibrate --target cpu|cuda [--quick]
         [--db PATH] [--collect] [--fit] [--budget N] [--profiles DIR]
+    PYTHONPATH=src:. python -m benchmarks.calibrate --target cuda --from-samples FILE
+        [--stored-features] [--out NAME]
 
 `--collect` tunes the example kernels over a training set of shapes chosen to excite the
 cost terms independently (pointwise copy/layout sweeps: wide, tall and square rows of
@@ -17,6 +19,12 @@ a report of held-out regret and top-5 coverage, prior against calibrated, on hel
 and leaving one operator family out (benchmarks/results/calibration-<target>-<ts>.{json,md}),
 and the raw samples (calibration-<target>-samples-<ts>.json, the database's export).
 Never only training error: the fit's own error is listed beside the held-out results.
+
+`--from-samples FILE` re-scores a committed samples file offline (no GPU, nothing
+measured): every candidate is planned again by the current planner (its schedule and cost
+features recomputed on the target's facts; `--stored-features` prices the stored ones), then
+fitted and judged as `--fit` does; the report is `calibration-<target>-offline-<ts>` (or
+`--out`) and the profile goes to a temporary directory unless `--profiles` names one.
 
 On a shared machine every timing is subject to other processes' load; the report says where
 it was measured, and the numbers are what they are.
@@ -75,6 +83,10 @@ CUDA_TRAINING: tuple[tuple[str, dict[str, int], str], ...] = (
     ("gelu_residual", {"M": 16384, "N": 256}, "pointwise: short rows"),
     ("swiglu", {"M": 8192, "N": 2048}, "pointwise: two inputs"),
     ("swiglu", {"M": 1024, "N": 512}, "pointwise: few programs"),
+    ("flash_attention", {"B": 2, "H": 16, "SQ": 2048, "SK": 2048, "D": 128},
+     "tensor-core and vector work in one loop"),
+    ("flash_attention", {"B": 1, "H": 8, "SQ": 4096, "SK": 4096, "D": 64},
+     "attention: long rows, narrow heads"),
 )
 CUDA_QUICK = ("gemm", "softmax", "layernorm", "swiglu")
 TRAINING = {"cpu": (CPU_TRAINING, CPU_QUICK), "cuda": (CUDA_TRAINING, CUDA_QUICK)}
@@ -198,16 +210,21 @@ def _policy_cls(target: str) -> Any:
     return GpuCostPolicy
 
 
-def fit_and_report(target: str, db_path: Path, profiles_dir: Path | None,
-                   collected: dict[str, Any] | None, quick: bool, anchor: str = "global"
-                   ) -> dict[str, Any]:
+def fit_and_report(target: str, db_path: Path | None, profiles_dir: Path | None,
+                   collected: dict[str, Any] | None, quick: bool, anchor: str = "global",
+                   offline: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fit, judge on held-out data and write the report. `offline` (`--from-samples`):
+    {"file": the export, "samples": its (re-planned) samples, "notes": ...}: nothing is
+    read from a database, the samples file is not written again, and the report's name
+    says `offline`."""
     from benchmarks.harness import machine_info
     from tilenest.tune import calibrate as cal
     from tilenest.tune.db import TuningDB
     from tilenest.tune.profiles import write_profile
 
-    db = TuningDB(db_path)
-    samples = [s for s in db.samples(target)]
+    db = TuningDB(db_path) if offline is None else None
+    samples = [s for s in (db.samples(target) if db is not None else offline["samples"])
+               if s.key.get("target") == target]
     device = cal.profile_device(samples, target)
     data = cal.points(samples, target)
     policy_cls = _policy_cls(target)
@@ -228,12 +245,20 @@ def fit_and_report(target: str, db_path: Path, profiles_dir: Path | None,
                "leave_one_family_out": {k: cal._brief(families[k])
                                         for k in ("prior", "calibrated")},
                "train_rms_log_error": full.rms_log_error, "anchor": anchor}
-    profile_path = write_profile(full.profile(summary), profiles_dir)
-    samples_path = RESULTS / f"calibration-{target}-samples-{stamp}.json"
-    db.export(samples_path)
+    if offline is None:
+        profile_path = write_profile(full.profile(summary), profiles_dir)
+        samples_path = RESULTS / f"calibration-{target}-samples-{stamp}.json"
+        db.export(samples_path)
+    else:  # the package's profile is left alone unless --profiles names a directory
+        profile_path = write_profile(full.profile(summary), profiles_dir or Path(
+            tempfile.mkdtemp(prefix="tilenest-offline-profile-")))
+        samples_path = Path(offline["file"])
     report = {
         "target": target, "device": device, "created": stamp, "quick": quick,
         "machine": machine_info(), "db": str(db_path), "samples_file": samples_path.name,
+        "offline": None if offline is None else {
+            "replanned": offline["replanned"], "notes": offline["notes"],
+            "cost_model": offline["cost_model"]},
         "profile": str(profile_path.relative_to(Path.cwd()) if profile_path.is_relative_to(
             Path.cwd()) else profile_path),
         "points": len(data), "keys": full.keys,
@@ -247,7 +272,8 @@ def fit_and_report(target: str, db_path: Path, profiles_dir: Path | None,
         "collect": collected, "noise": noise(samples),
     }
     RESULTS.mkdir(exist_ok=True)
-    base = RESULTS / f"calibration-{target}-{stamp}"
+    base = RESULTS / (f"calibration-{target}-{stamp}" if offline is None else
+                      offline.get("out") or f"calibration-{target}-offline-{stamp}")
     base.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     base.with_suffix(".md").write_text(markdown(report))
     print(markdown(report))
@@ -267,6 +293,20 @@ def _line(name: str, r: dict[str, Any]) -> str:
             f"{r['keys_with_ties']} | {_fmt(r['median_tied_regret'])} |")
 
 
+def _offline_line(offline: dict[str, Any] | None) -> str:
+    if not offline:
+        return ""
+    how = ("each sample's candidate planned again by the current planner (its schedule "
+           "and cost features recomputed, nothing measured)" if offline["replanned"] else
+           "each sample priced from its stored cost features")
+    notes = f" {len(offline['notes'])} candidates could not be planned again." \
+        if offline["notes"] else ""
+    return (f"**Offline re-score** (`--from-samples`, cuda cost model "
+            f"v{offline['cost_model']}): {how}. The measurements are the file's; a model "
+            f"changed after studying them is judged in-sample here, and only a new device "
+            f"run checks it.{notes}")
+
+
 def markdown(report: dict[str, Any]) -> str:
     fit = report["fit"]
     shapes, fam = report["held_out_shapes"], report["leave_one_family_out"]
@@ -275,6 +315,7 @@ def markdown(report: dict[str, Any]) -> str:
            f"{report['points']} measured candidates over {report['keys']} keys; families "
            f"{', '.join(report['families'])}.  ",
            f"Raw samples: `{report['samples_file']}`; profile: `{report['profile']}`.", "",
+           _offline_line(report.get("offline")), "",
            "Measured on a shared, noisy machine (other processes compete for its cores "
            "and caches): the medians carry that noise, and so do these numbers." if
            report["target"] == "cpu" else "", "",
@@ -354,7 +395,34 @@ def main(argv: list[str] | None = None) -> int:
                     help="the profile's objective: one scale (default) or one per key")
     ap.add_argument("--profiles", type=Path, default=None,
                     help="where the profile goes (default: the package's profiles/)")
+    ap.add_argument("--from-samples", type=Path, default=None, metavar="FILE",
+                    help="fit and report offline on an exported samples file (no database, "
+                         "nothing measured); each candidate is planned again by the current "
+                         "planner unless --stored-features")
+    ap.add_argument("--stored-features", action="store_true",
+                    help="with --from-samples: price the cost features stored with the "
+                         "samples instead of planning them again")
+    ap.add_argument("--out", default=None,
+                    help="with --from-samples: the report's base name under results/")
     args = ap.parse_args(argv)
+    if args.from_samples is not None:
+        if args.collect:
+            ap.error("--from-samples re-scores measured samples: it does not --collect")
+        from tilenest.tune import calibrate as cal
+        from tilenest.tune.key import COST_MODEL_VERSIONS
+
+        samples = cal.load_export(args.from_samples)
+        notes: list[str] = []
+        if not args.stored_features:
+            samples, notes = cal.replanned(samples)
+        for note in notes:
+            print(f"  not planned again: {note}")
+        fit_and_report(args.target, None, args.profiles, None, args.quick, args.anchor,
+                       offline={"file": args.from_samples, "samples": samples,
+                                "notes": notes, "replanned": not args.stored_features,
+                                "cost_model": COST_MODEL_VERSIONS.get(args.target, "?"),
+                                "out": args.out})
+        return 0
     if not (args.collect or args.fit):
         ap.error("give --collect and/or --fit")
     db_path = args.db or default_db(args.target)

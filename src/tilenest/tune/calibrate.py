@@ -361,3 +361,148 @@ def profile_device(samples: Iterable[Any], target: str) -> str:
         raise CalibrationError(f"the {target} samples come from {len(found)} devices "
                                f"({sorted(found)[:3]}); fit one device at a time", loc=None)
     return found.pop()
+
+
+# ------------------------------------------------------------------------------ offline
+
+
+def load_export(path: Any) -> list[Any]:
+    """The samples of an exported tuning file (TuningDB.export), through a private database:
+    validated as an import is. Plan fields the file's candidates lack (fields the plan record
+    gained after the samples were taken) are filled with the record's defaults, which are
+    the behaviour the record had before the field existed."""
+    import json
+    import tempfile
+    from dataclasses import fields as record_fields
+    from pathlib import Path
+
+    from tilenest.tune.candidate import plan_class
+    from tilenest.tune.db import TuningDB
+
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    for part in ("samples", "winners"):
+        for item in doc.get(part, ()):
+            cand = item.get("candidate") if isinstance(item, dict) else None
+            if not isinstance(cand, dict) or not isinstance(cand.get("plan"), list):
+                continue
+            record = plan_class(cand.get("target", ""))()
+            have = {p[0] for p in cand["plan"] if isinstance(p, list) and p}
+            for f in record_fields(record):
+                if f.name not in have:
+                    value = getattr(record, f.name)
+                    cand["plan"].append([f.name, list(value) if isinstance(value, tuple)
+                                         else value])
+    with tempfile.TemporaryDirectory(prefix="tilenest-offline-") as tmp:
+        upgraded = Path(tmp) / "samples.json"
+        upgraded.write_text(json.dumps(doc), encoding="utf-8")
+        db = TuningDB(Path(tmp) / "samples.sqlite3")
+        db.import_(upgraded)
+        samples = db.samples()
+        db.close()
+    return samples
+
+
+def _empty_tensor(text: str) -> Any:
+    """An uninitialized CPU tensor (torch) or array (numpy) of one argument of a key's
+    tensor signature, `name=kind:device:dtype[AxB]/s0,s1` (the planner reads shapes,
+    dtypes and strides only)."""
+    import re
+
+    m = re.fullmatch(r"(\w+)=(\w+):(\w+):(\w+)\[([0-9x]*|scalar)\]/([0-9,]*)", text)
+    if m is None:
+        raise CalibrationError(f"cannot read the tensor signature {text!r}", loc=None)
+    kind, dtype, dims, strides = m.group(2), m.group(4), m.group(5), m.group(6)
+    shape = () if dims in ("", "scalar") else tuple(int(x) for x in dims.split("x"))
+    stride = tuple(int(x) for x in strides.split(",")) if strides else ()
+    if kind == "torch":
+        import torch
+
+        torch_dtype = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32,
+                       "f64": torch.float64, "i32": torch.int32, "i64": torch.int64,
+                       "i8": torch.int8, "u8": torch.uint8, "bool": torch.bool}[dtype]
+        return torch.empty_strided(shape, stride, dtype=torch_dtype)
+    import numpy as np
+
+    arr = np.empty(shape, dtype={"f16": np.float16, "f32": np.float32, "f64": np.float64,
+                                 "i32": np.int32, "i64": np.int64, "i8": np.int8,
+                                 "u8": np.uint8, "bool": np.bool_}[dtype])
+    return np.lib.stride_tricks.as_strided(arr, shape, tuple(s * arr.itemsize
+                                                              for s in stride))
+
+
+def _fixed_constants(text: str) -> dict[str, Any]:
+    """The constants of a key's `fixed` field (`(('EPS', 'float', '0x1.0c6f7a0b5ed8dp-20'),)`)."""
+    import ast
+
+    out: dict[str, Any] = {}
+    for item in ast.literal_eval(text or "()"):
+        name, kind, value = item[0], item[1], item[2]
+        if kind == "float":
+            out[name] = float.fromhex(value) if isinstance(value, str) else float(value)
+        elif kind == "bool":
+            out[name] = value in (True, "True", "true", 1)
+        elif kind == "int":
+            out[name] = int(value)
+        else:
+            out[name] = value
+    return out
+
+
+def _policy(text: str) -> Any:
+    from tilenest.numerics import NumericalPolicy
+
+    flags = [f.strip() for f in text.split("+", 1)[1].split(",")] if "+" in text else []
+    return NumericalPolicy(**{f: True for f in flags if f})
+
+
+def replanned(samples: Sequence[Any], *, examples: Mapping[str, Any] | None = None
+              ) -> tuple[list[Any], list[str]]:
+    """The samples with their cost features computed again by the current planner (the
+    target's schedule, cuda/target.py or the cpu target) for the same kernel, tensor
+    signature, constants and plan record: a changed schedule or cost model is judged on
+    the same measurements without measuring. Device facts are the current machine's (the
+    static H200 description without a GPU). Samples whose candidate cannot be planned
+    again keep no features (left out of the fit), each with a note."""
+    from dataclasses import replace
+
+    from tilenest.backends.registry import planner
+    from tilenest.tune.features import features_for
+
+    if examples is None:
+        from tilenest.examples import EXAMPLES as examples  # noqa: N811
+    notes: list[str] = []
+    sources: dict[tuple, Any] = {}
+    out = []
+    for s in samples:
+        if s.status != "ok" or s.features is None:
+            out.append(s)
+            continue
+        family = family_of(s.key.get("kernel", "?"))
+        ex = examples.get(family)
+        if ex is None:
+            notes.append(f"{family}: no example to plan again")
+            out.append(replace(s, features=None))
+            continue
+        target = s.key.get("target", "cuda")
+        consts = {**_fixed_constants(s.key.get("fixed", "()")), **s.candidate.constants_dict()}
+        source_key = (s.digest, tuple(sorted(consts.items())))
+        try:
+            if source_key not in sources:
+                kernel = ex.kernel
+                args = tuple(_empty_tensor(a) for a in s.key.get("args", "").split())
+                tensors, bound, spec_key = kernel._bind(args, consts)
+                sources[source_key] = kernel._function(tensors, spec_key[0], bound)
+            fn = sources[source_key]
+            result, info = planner(target)(fn, {"plan": s.candidate.plan_record(),
+                                                "policy": _policy(s.key.get("policy", ""))})
+            if result.selected is None:
+                raise CalibrationError(f"status {result.status}", loc=None)
+            features = features_for(fn, info, result.selected.candidate)
+        except Exception as e:  # noqa: BLE001 - one candidate failing is a note, not fatal
+            first = (getattr(e, "plain_message", None) or str(e)).splitlines()
+            notes.append(f"{family} {s.candidate.label()}: {type(e).__name__}: "
+                         f"{first[0] if first else ''}"[:200])
+            out.append(replace(s, features=None))
+            continue
+        out.append(replace(s, features=features))
+    return out, notes

@@ -12,10 +12,15 @@ dot flops by operand kind, and the padded (m, n) of each `mma` with its flop sha
     rounds     = ceil(programs / SMs)                 (programs the busiest SM runs)
     waves      = ceil(programs / (resident * SMs))
     dot        = sum_k flops_k / (rate_k * tile_efficiency_k)        (device seconds)
+    vector     = (vector_ops - special_ops) / rate_vector + special_ops / rate_special
+                 (CUDA-core elementwise work; `rate_special_fast` under allow_fast_math)
+    core       = max(dot, vector) + min(dot, vector) / resident  (one program's tensor-core
+                 and CUDA-core work follow each other: flash attention's softmax waits for
+                 its scores; co-resident programs fill each other's gaps)
     l2         = bytes / l2_bandwidth                 (operand traffic into the SMs)
     step       = rounds * trips * step_s / resident   (per-iteration sync and issue cost
                                                      that co-resident programs hide)
-    throughput = rounds * SMs * max(dot, l2) / programs + step      (the busiest SM)
+    throughput = rounds * SMs * max(core, l2) / programs + step      (the busiest SM)
     latency    = waves * (trips * per_trip + load_latency_s), per_trip = load_latency_s /
                  (stages - 1) when pipelined, else load_latency_s + resident * (one
                  program's compute per trip at the SM's rate); where programs run loops of
@@ -33,16 +38,21 @@ dot flops by operand kind, and the padded (m, n) of each `mma` with its flop sha
                  row loop fills lines its program never reads)
     shallow    = waves * trips * resident * (bytes / programs / trips) / (l2_bandwidth / SMs)
                  when stages == 2 (one load in flight: the transfer is not hidden), else 0
-    phase      = max(throughput, latency, memory) + shallow + rounds * program_s / resident
-                 + launch_s
+    bound      = ||(throughput, latency, memory)||_overlap   (a p-norm: the roofline's max
+                 as overlap grows, their sum at 1; a bound that does not dominate still
+                 counts, e.g. a deeper pipeline's shorter latency chain)
+    phase      = bound + shallow + rounds * program_s / resident + launch_s
 and once per call `copy` = padded/K-major copy bytes / bandwidth + launch_s per copy.
-`total` is the sum of the phases and the copy: a roofline, not the sum of the terms.
+`total` is the sum of the phases and the copy: a soft roofline, not the sum of the terms.
 `wave_tail` (the throughput share of the last, partial round) is reported, not added.
 
 Tensor-core tile efficiency (`tile_efficiency`): wgmma (cc >= 9, warps a multiple of 4,
 padded m >= 64) splits the block over warpgroups along m first; its instruction n (at most
 256) sets the efficiency n / (n + n_half), normalized to 1 at n = 256 (the measured rates
-are those of 128x256 tiles). Below that, mma.sync runs at `mma_sync_fraction` of the rate.
+are those of 128x256 tiles), times a / (a + acc_half) normalized to 1 at a = 128, a the
+accumulators per thread of one warpgroup's tile (fewer outputs per thread pay the per-k-step
+issue and fence cost over less work). Below that, mma.sync runs at `mma_sync_fraction` of
+the rate.
 IEEE f32 (CUDA-core FMA) scales with the outputs per thread, o / (o + 8) normalized at 64,
 and by 64 / o above 64 (register pressure beside the operand fragments).
 Misaligned rows (`~misaligned`) and tf32 operands whose k axis is not contiguous
@@ -94,9 +104,25 @@ H200_RATES: dict[str, float] = {
     "short_run_exponent": 0.4,
     "program_s": 2e-8,          # per program on the busiest SM: block launch, prologue and
     #                             epilogue issue, overlapped by co-resident programs (a lead)
+    # wgmma accumulators per thread at which a warpgroup's efficiency halves: a warpgroup
+    # whose tile holds fewer outputs per thread pays its per-k-step issue, fence and
+    # operand-fragment cost over less tensor-core work (H200 f16 4095x4097x4093 BM128 BN128:
+    # 8 warps = 64 per thread 0.31-0.33 ms, 4 warps = 128 per thread 0.255 ms; BM128
+    # BN256 w8 and BM256 BN128 w8, 128 per thread, the fastest 4096^3 tiles). A lead.
+    "acc_half": 16.0,
+    # CUDA-core work beside the tensor cores: elementwise ops at the f32 lane rate (132 SMs
+    # x 128 lanes x 1.98 GHz), transcendental functions at libdevice's accurate sequences
+    # (IEEE) or the special-function units (`allow_fast_math`: 16 per SM per clock). Leads.
+    "rate_vector": 3.3e13, "rate_special": 2.5e12, "rate_special_fast": 4.2e12,
+    # How far compute, memory and latency overlap: the phase takes the `overlap`-norm of
+    # its throughput, latency and memory times (1: they add; large: the roofline's max).
+    # A pipeline's deeper stages or a shorter latency chain then still count where another
+    # bound dominates (H200 f16 4096^3 BM128 BN256 BK64: s4 0.190 ms vs s3 0.193; BK32 s3
+    # 0.245 ms, its latency chain twice as long). A lead.
+    "overlap": 4.0,
 }
-TERMS = ("memory", "l2", "dot", "misaligned", "k_strided", "step", "wave_tail", "latency",
-         "shallow", "programs", "launch", "copy")
+TERMS = ("memory", "l2", "dot", "misaligned", "k_strided", "vector", "step", "wave_tail",
+         "latency", "shallow", "programs", "launch", "copy")
 UNIT = "model seconds on the target's facts (relative until calibrated)"
 
 
@@ -109,7 +135,11 @@ def tile_efficiency(m: int, n: int, warps: int, kind: str, cc_major: int,
             groups = warps // 4
             along_m = max(1, min(groups, m // 64))
             inst_n = max(8, min(256, n // max(1, groups // along_m)))
-            return (inst_n / (inst_n + n_half)) / (256.0 / (256.0 + n_half))
+            # Each warpgroup's accumulator tile, per thread of its 128.
+            acc = (m / along_m) * inst_n / 128.0
+            acc_half = weights.get("acc_half", 16.0)
+            held = min(1.0, (acc / (acc + acc_half)) / (128.0 / (128.0 + acc_half)))
+            return held * (inst_n / (inst_n + n_half)) / (256.0 / (256.0 + n_half))
         along_m = max(1, min(warps, m // 16))
         warp_n = max(8, min(256, n // max(1, warps // along_m)))
         return weights.get("mma_sync_fraction", 0.5) * (warp_n / (warp_n + n_half)) / (
@@ -196,7 +226,16 @@ class GpuCostPolicy(CostPolicy):
                     strided += extra
         l2 = s["bytes"] / max(w["l2_bandwidth"], 1e-30)
         rounds = math.ceil(programs / sms)
-        work = max(dot + misaligned + strided, l2)
+        special = s.get("special_ops", 0.0)
+        vector = (s.get("vector_ops", 0.0) - special) / max(w["rate_vector"], 1e-30) \
+            + special / max(w["rate_special_fast" if s.get("fast_math") else "rate_special"],
+                            1e-30)
+        # One program's tensor-core and CUDA-core work follow each other (its softmax waits
+        # for its scores, its next product for the softmax); co-resident programs fill each
+        # other's gaps: the lesser hides behind the greater by the residency.
+        tensor = dot + misaligned + strided
+        core = max(tensor, vector) + min(tensor, vector) / resident
+        work = max(core, l2)
         step = rounds * trips * w["step_s"] / resident
         throughput = rounds * sms * work / programs + step
         tail = (rounds * sms / programs - 1.0) * work
@@ -231,9 +270,13 @@ class GpuCostPolicy(CostPolicy):
                 w["l2_bandwidth"] / sms, 1e-30)
         launch = w["launch_s"]
         per_program = rounds * w["program_s"] / resident
-        time = max(throughput, latency, memory) + shallow + per_program + launch
+        p = max(1.0, w["overlap"])
+        top = max(throughput, latency, memory)
+        bound = top * math.fsum((x / top) ** p for x in (throughput, latency, memory)) ** (
+            1.0 / p) if top > 0 else 0.0
+        time = bound + shallow + per_program + launch
         return {"memory": memory, "l2": l2, "dot": dot, "misaligned": misaligned,
-                "k_strided": strided, "step": step, "wave_tail": tail,
+                "k_strided": strided, "vector": vector, "step": step, "wave_tail": tail,
                 "latency": latency, "shallow": shallow, "programs": per_program,
                 "launch": launch, "time": time}
 

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tilenest.analysis.trips import Trips, index_dependencies, is_dynamic, trip_counts
-from tilenest.ir import ops, ops_shape
+from tilenest.ir import ops, ops_math, ops_shape
 from tilenest.ir.core import Function, Op, Region, Value
+from tilenest.ir.opdef import ELEMENTWISE, has_trait
 from tilenest.ir.ops import mma_roles
 from tilenest.ir.types import Dim, TileType
 
@@ -161,6 +162,14 @@ class Work:
     short_runs: dict[int, float] = field(default_factory=dict)
     """Bytes moved in contiguous runs shorter than a DRAM line, by run length in bytes,
     that no loop of the program sweeps along (`short_run`)."""
+    vector_ops: float = 0.0   # elementwise results (and reduction steps), element by element
+    special_ops: float = 0.0  # of which transcendental functions (exp, log, sqrt, ...)
+
+
+# Elementwise ops that run on the special-function units (or libdevice's sequences of them).
+SPECIAL_OPS: tuple[type, ...] = (ops.Exp, ops.Log, ops.Sqrt, ops.Rsqrt, ops.Tanh, ops.Sigmoid,
+                                 ops_math.Sin, ops_math.Cos, ops_math.Erf, ops_math.Exp2,
+                                 ops_math.Log2, ops_math.Pow)
 
 
 DRAM_LINE = 128  # bytes: the L2 line a DRAM transfer fills
@@ -229,6 +238,14 @@ def _count_ops(body: list[Op], mult: float, work: Work, layout: BlockLayout,
             if isinstance(r.type, TileType):
                 work.max_tile_elements = max(work.max_tile_elements,
                                              _elements(layout.shape(r.type)))
+        if has_trait(op, ELEMENTWISE) and op.results and isinstance(op.results[0].type,
+                                                                     TileType):
+            # CUDA-core work, over the logical elements (a reduction's steps are its
+            # region's elementwise ops, counted at the region's trips).
+            elements = mult * _elements(op.results[0].type.shape)
+            work.vector_ops += elements
+            if isinstance(op, SPECIAL_OPS):
+                work.special_ops += elements
         if isinstance(op, ops.Memory):
             tensor = op.tensor_type
             # A gather or scatter moves one element per position, not its whole view.

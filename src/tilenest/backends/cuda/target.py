@@ -465,6 +465,9 @@ class CudaTargetInfo:
                 "dram_fraction": -1.0 if tiles else 1.0, **occ}
             for kind, flops in w.dot_flops.items():
                 entry[f"flops_{kind}"] = flops
+            if w.vector_ops:  # CUDA-core work beside the tensor cores (cost.py `vector`)
+                entry["vector_ops"], entry["special_ops"] = w.vector_ops, w.special_ops
+                entry["fast_math"] = float(self.allow_fast_math)
             for run, moved in w.short_runs.items():
                 entry[f"run{run}_bytes"] = moved
             entry["mmas"] = float(len(tiles))
