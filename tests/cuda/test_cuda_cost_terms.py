@@ -122,3 +122,21 @@ def test_overlap_norm_between_sum_and_max() -> None:
     # The bound's inputs: throughput (dot here), latency, memory.
     assert terms[1e3]["time"] <= terms[4.0]["time"] <= terms[1.0]["time"]
     assert all(math.isfinite(v) and v >= 0 for v in parts.values())
+
+
+def test_program_invariant_loads_that_fit_l1_cost_l2_bandwidth_once_per_sm() -> None:
+    # H200 layernorm f32 8192^2 (issue9-run2): ROWS=1 0.132-0.135 ms, ROWS=2 0.146-0.147,
+    # although ROWS=1 reads the 64 KiB of weight and bias twice as often: L1 keeps them.
+    ln = EXAMPLES["layernorm"].kernel
+    x, w = torch.empty(8192, 8192), torch.empty(8192)
+
+    def total(rows: int) -> float:
+        fn = ln.ir(x, w, w, torch.empty_like(x), ROWS=rows)
+        return _selected(fn, CudaPlan(num_warps=4 * rows, num_stages=1)).cost.total
+
+    assert total(1) < total(2)
+    policy = GpuCostPolicy()
+    step = {"bytes": 1000.0, "shared_bytes": 600.0}
+    assert policy._l2_bytes(step, 64.0, 16.0) == pytest.approx(1000.0 - 600.0 * 0.75)
+    policy.weights["l1_bytes"] = 1.0  # a footprint beyond L1: every program reads L2
+    assert policy._l2_bytes(step, 64.0, 16.0) == 1000.0

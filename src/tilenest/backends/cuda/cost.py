@@ -17,7 +17,9 @@ dot flops by operand kind, and the padded (m, n) of each `mma` with its flop sha
     core       = max(dot, vector) + min(dot, vector) / resident  (one program's tensor-core
                  and CUDA-core work follow each other: flash attention's softmax waits for
                  its scores; co-resident programs fill each other's gaps)
-    l2         = bytes / l2_bandwidth                 (operand traffic into the SMs)
+    l2         = l2_bytes / l2_bandwidth              (operand traffic into the SMs:
+                 bytes, less the program-invariant loads `shared_bytes` beyond one per SM
+                 where one program's share fits `l1_bytes`)
     step       = rounds * trips * step_s / resident   (per-iteration sync and issue cost
                                                      that co-resident programs hide)
     throughput = rounds * SMs * max(core, l2) / programs + step      (the busiest SM)
@@ -120,6 +122,12 @@ H200_RATES: dict[str, float] = {
     # bound dominates (H200 f16 4096^3 BM128 BN256 BK64: s4 0.190 ms vs s3 0.193; BK32 s3
     # 0.245 ms, its latency chain twice as long). A lead.
     "overlap": 4.0,
+    # Loads every program makes at the same addresses (a norm's weight and bias) whose
+    # footprint per program fits this many bytes are served by the SM's L1 after its first
+    # program: they cost L2 bandwidth once per SM, not once per program (H200 layernorm f32
+    # 8192^2: ROWS=1 0.132-0.135 ms against ROWS=2 0.146-0.147 although ROWS=1 reads the
+    # 64 KiB of weight and bias twice as often; 256 KiB of L1 and shared memory per SM).
+    "l1_bytes": 131072.0,
 }
 TERMS = ("memory", "l2", "dot", "misaligned", "k_strided", "vector", "step", "wave_tail",
          "latency", "shallow", "programs", "launch", "copy")
@@ -224,7 +232,7 @@ class GpuCostPolicy(CostPolicy):
                     misaligned += extra
                 else:
                     strided += extra
-        l2 = s["bytes"] / max(w["l2_bandwidth"], 1e-30)
+        l2 = self._l2_bytes(s, programs, sms) / max(w["l2_bandwidth"], 1e-30)
         rounds = math.ceil(programs / sms)
         special = s.get("special_ops", 0.0)
         vector = (s.get("vector_ops", 0.0) - special) / max(w["rate_vector"], 1e-30) \
@@ -279,6 +287,15 @@ class GpuCostPolicy(CostPolicy):
                 "k_strided": strided, "vector": vector, "step": step, "wave_tail": tail,
                 "latency": latency, "shallow": shallow, "programs": per_program,
                 "launch": launch, "time": time}
+
+    def _l2_bytes(self, s: dict[str, float], programs: float, sms: float) -> float:
+        """Operand bytes into the SMs: `bytes`, less the program-invariant loads after each
+        SM's first program where one program's share fits `l1_bytes` (L1 keeps them)."""
+        invariant = s.get("shared_bytes", 0.0)  # every program's copy but the first
+        if invariant <= 0.0 or programs <= 1.0 or \
+                invariant / (programs - 1.0) > self.weights["l1_bytes"]:
+            return s["bytes"]
+        return s["bytes"] - invariant * max(0.0, 1.0 - sms / programs)
 
     def evaluate(self, candidate: object, work: ScheduledWork) -> CostBreakdown:
         got = self._priced.get(id(work.schedule))
