@@ -11,7 +11,10 @@ it is timed:
 - `tilenest call`: `k(x, y, o)` (binds, finds the specialization, runs);
 - `tilenest compiled`: `ck(x, y, o)` of `ck = k.compile(x, y, o)`;
 - `tilenest binder`: `binder_for(ck)((x, y, o))`, the fast path alone (what `ck(...)` costs
-  once the driver calls it first);
+  once the driver calls it first; tiered up to the native binder where it has one, cpu numpy
+  arguments with an inline launch: `runtime.native_binder`);
+- `tilenest python binder` (cpu, where a native binder exists): `binder_for(ck, native=False)`,
+  the generated Python binder that serves the first calls (the A/B of the native one);
 - `tilenest compiled, triton launcher` (cuda): the same compiled call of a fresh kernel whose
   launches use Triton's launcher instead of torch's static one (the A/B of that choice);
 - baselines: numpy `np.add(x, y, out=o)` and torch `torch.add(x, y, out=o)` on cpu; on cuda
@@ -95,6 +98,7 @@ class Case:
         self.contenders: dict[str, Call] = {}
         self.notes: list[str] = []
         self.picked: dict[str, Any] = {}
+        self.tiers: list[Any] = []  # the native binder tiers of its binders (cpu)
 
     def add_tilenest(self, target: str) -> None:
         k, args, consts = self.kernel, self.args, self.consts
@@ -107,6 +111,11 @@ class Case:
         else:
             packed = tuple(args)
             self.contenders["tilenest binder"] = lambda: fast(packed) or _refused()
+            tier = getattr(fast, "native", None)
+            if tier is not None:
+                python = binder_for(ck, native=False)
+                self.contenders["tilenest python binder"] = lambda: python(packed) or _refused()
+                self.tiers.append(tier)
         self.picked = dict(ck.constants)
 
 
@@ -338,8 +347,8 @@ def compile_times(target: str, repeats: int) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------------- report
 
-ORDER = ("tilenest call", "tilenest compiled", "tilenest binder", "numpy", "torch",
-         "triton jit")
+ORDER = ("tilenest call", "tilenest compiled", "tilenest binder", "tilenest python binder",
+         "numpy", "torch", "triton jit")
 
 
 def _cell(case: dict[str, Any], name: str, key: str) -> str:
@@ -359,6 +368,8 @@ def table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     base = "torch" if cuda else "numpy"
     header += [f"compiled / {base}", "binder min µs", "binder cpu µs", f"{base} cpu µs",
                "other load"]
+    if not cuda:
+        header.append("native binder")
     rows = []
     for c in doc["cases"]:
         t = c["timings"]
@@ -373,6 +384,8 @@ def table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         row.append(_cell(c, "tilenest binder", "process_cpu_us"))
         row.append(_cell(c, base, "process_cpu_us"))
         row.append(f"{100 * c.get('foreign_cpu_fraction', 0.0):.0f}%")
+        if not cuda:
+            row.append(c.get("native_binder", "-"))
         rows.append(row)
     return header, rows
 
@@ -391,7 +404,8 @@ def markdown(doc: dict[str, Any]) -> str:
              "inflate). `picked`: the constants of "
              "the compiled specialization. `other load`: share of the machine's CPU time used "
              "by other processes while the case was timed (above ~5% the numbers are "
-             "disturbed).", "",
+             "disturbed). `native binder` (cpu): the state of the binder's native tier after "
+             "the timing (`native`: tiered up; `none`: not a numpy-only inline launch).", "",
              markdown_table(*table(doc))]
     comp = doc.get("compile")
     if comp:
@@ -457,8 +471,10 @@ def run(target: str, quick: bool, compile_repeats: int) -> dict[str, Any]:
                 del case.contenders[name]
         with ForeignLoad() as load:
             timings = time_rounds(case.contenders, calls, rounds, sync)
+        tiers = [t.state for t in case.tiers]
         doc["cases"].append({"label": case.label, "picked": case.picked, "timings": timings,
-                             "failures": failures, "foreign_cpu_fraction": load.fraction})
+                             "failures": failures, "foreign_cpu_fraction": load.fraction,
+                             "native_binder": tiers[0] if tiers else "none"})
         doc["notes"] += case.notes
     if compile_repeats > 0:
         doc["compile"] = compile_times(target, compile_repeats)

@@ -1,9 +1,11 @@
 """Where a plain call's host time goes: cProfile of back-to-back calls of a tiny kernel.
 
 `python -m benchmarks.profile_call [--target cuda] [--calls N] [--args KIND]`: the compiled
-call of the call-overhead benchmark's 4096-element add, its binder and the executable's raw
-launch, each timed, then the profile of the compiled call sorted by own time (a tool for
-finding host overhead, not a benchmark: it prints, writes nothing). `--args` picks the
+call of the call-overhead benchmark's 4096-element add, its binder (tiered up to the native
+binder where it has one: numpy arguments on cpu), the Python binder it starts with, and the
+executable's raw launch, each timed (the fastest round's wall time, the median round's CPU
+time), then the profile of the compiled call sorted by own time (a tool for finding host
+overhead, not a benchmark: it prints, writes nothing). `--args` picks the
 arguments on cpu: contiguous numpy arrays, CPU torch tensors, offset views, or strided
 (every other element) views.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,18 +25,23 @@ import numpy as np
 from benchmarks.call_overhead import add
 
 
-def _per_call(fn: Callable[[], Any], calls: int, sync: Callable[[], None]) -> float:
+def _per_call(fn: Callable[[], Any], calls: int, sync: Callable[[], None],
+              rounds: int = 7) -> tuple[float, float]:
+    """µs per call: the fastest round's wall time and the median round's process CPU time
+    (which preemption by other processes on a shared machine does not inflate)."""
     for _ in range(200):
         fn()
     sync()
-    best = float("inf")
-    for _ in range(5):
+    best, cpu = float("inf"), []
+    for _ in range(rounds):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
-        best = min(best, time.perf_counter() - t0)
         sync()
-    return best / calls * 1e6
+        best = min(best, time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return best / calls * 1e6, statistics.median(cpu) / calls * 1e6
 
 
 def _arguments(buf: np.ndarray, kind: str) -> tuple[Any, Any, Any]:
@@ -74,13 +82,23 @@ def main(argv: list[str] | None = None) -> int:
     rows = {"compiled ck(x, y, o)": lambda: ck(x, y, o)}
     if fast is not None:
         rows["binder fast((x, y, o))"] = lambda: fast((x, y, o))
+    tier = getattr(fast, "native", None)
+    if tier is not None:  # the Python binder that serves the first calls, for comparison
+        from tilenest.runtime.binder import binder_for
+
+        python = binder_for(ck, native=False)
+        rows["python binder (first calls)"] = lambda: python((x, y, o))
     if hasattr(exe, "launch"):
         rows["exe.launch(ptrs)"] = lambda: exe.launch(ptrs, False)
+    print(f"{'':28s} {'wall min':>10s} {'cpu median':>11s}")
     for name, fn in rows.items():
-        print(f"{name:28s} {_per_call(fn, args.calls, sync):8.2f} us/call")
+        wall, cpu = _per_call(fn, args.calls, sync)
+        print(f"{name:28s} {wall:8.2f} us {cpu:8.2f} us")
     print("launch path:", getattr(exe, "last_path", None)
           or ("inlined by the binder" if getattr(exe, "inline_launch", None) else "launch"))
     print("build of the last call:", getattr(exe, "last_build", "?"))
+    if tier is not None:
+        print("native binder:", tier.state, f"({tier.error})" if tier.error else "")
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(args.calls):

@@ -28,7 +28,10 @@ executable may also offer `inline_launch` (cpu `InlineLaunch`: every phase of it
 one ctypes call on the calling thread): the generated function then makes those calls itself
 (a slot from the executable's free list, the pointers stored into its argument block, the
 status word tested), ~0.2 µs less than calling `launch` with a tuple; an aliased call still
-goes through `launch` (the safe build). A cuda executable offers its primed lanes
+goes through `launch` (the safe build). When every argument is a numpy array, the binder
+tiers up after a few calls to a native one (`runtime.native_binder`: the same checks and the
+same launch made by one JIT-compiled function, ~1 µs less per call), which hands every call
+it does not launch back to the generated function. A cuda executable offers its primed lanes
 (`LaneLaunch`): the generated function computes the alignment key in line, looks the lane
 up and makes its direct calls (`launch` when there is none yet).
 """
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -276,9 +280,15 @@ def _lane_call(src: _Source, n: int, aliased: str, ptrs: str, lane: Any,
     src.line("return True")
 
 
+def generated_filename(what: str) -> str:
+    """The file name of generated code: one inside this package, so that an error raised
+    through it (a kernel's run-time error) points at the user's line, not at the binder."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), f"<tilenest {what}>")
+
+
 def _generate(tensor_key: tuple, written: Sequence[bool],
               spans: Sequence[tuple[int, int] | None], launch: Callable[..., None],
-              direct: Any, name: str) -> FastCall | None:
+              direct: Any, name: str, native: bool) -> FastCall | None:
     n = len(tensor_key)
     if n == 0:
         return None
@@ -324,15 +334,23 @@ def _generate(tensor_key: tuple, written: Sequence[bool],
         _direct_call(src, n, aliased, ptrs, direct)
     text = "\n".join(src.lines) + "\n"
     namespace = dict(src.env)
-    exec(compile(text, f"<tilenest fast call of {name}>", "exec"), namespace)  # noqa: S102
+    exec(compile(text, generated_filename(f"fast call of {name}"), "exec"), namespace)  # noqa: S102
     fast = namespace["fast"]
     fast.source = text  # for debugging: what this specialization checks
+    if native and direct is not None and type(direct).__name__ == "InlineLaunch":
+        # All numpy arrays, one-call phases: after a few calls a native binder takes over.
+        from tilenest.runtime import native_binder
+
+        dtypes = [_numpy_dtype(e[2]) if e[0] == "numpy" else None for e in tensor_key]
+        spec = native_binder.native_spec(tensor_key, dtypes, written, spans, direct)
+        return native_binder.tiered(fast, namespace, spec, direct)
     return fast
 
 
-def binder_for(compiled: Any) -> FastCall | None:
+def binder_for(compiled: Any, native: bool = True) -> FastCall | None:
     """The fast call of `compiled` (a CompiledKernel), or None when its executable offers no
-    prepared launch or its key has an entry this binder does not know."""
+    prepared launch or its key has an entry this binder does not know. `native=False`: never
+    tier up to the native binder (a baseline for benchmarks)."""
     exe = getattr(compiled.executable, "extras", {}).get("executable")
     launch = getattr(exe, "launch", None)
     written = getattr(exe, "written", None)
@@ -349,4 +367,4 @@ def binder_for(compiled: Any) -> FastCall | None:
             == len(compiled.kernel.tensor_params)):
         return None
     return _generate(tensor_key, written, spans, launch, getattr(exe, "inline_launch", None),
-                     compiled.kernel.name)
+                     compiled.kernel.name, native)
