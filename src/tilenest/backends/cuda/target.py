@@ -52,6 +52,7 @@ from tilenest.backends.cuda.resources import (
     registers_per_thread,
     smem_per_stage,
 )
+from tilenest.backends.cuda.reuse import dram_share, operand_reuse
 from tilenest.backends.cuda.space import launch_points, operand_layouts, split_factors, traversals
 from tilenest.backends.cuda.splitk import split_phases, split_site
 from tilenest.errors import BackendError
@@ -129,6 +130,8 @@ class CudaTargetInfo:
         self.longest_trips = [float(loop_trips(op, self.trips, longest=True))
                               for op, _ in tiles]
         self.max_demand = max((d for _, _, d, _ in self.phase_facts), default=0.0)
+        # Which grid axes each phase's loaded mma operands depend on (reuse.py).
+        self.reuse = [operand_reuse(op, self.trips) for op, _ in tiles]
         self.has_mma = has_op(fn, ops.Mma)
         # The fixed controls a realized plan takes as they are (the traversal is the
         # planner's `program_traversal`, split into group_rows/group_columns).
@@ -487,9 +490,10 @@ class CudaTargetInfo:
     def dram_fraction(self, phase: int, traversal: tuple[tuple[int, ...] | None, int, int],
                       slots: int) -> float:
         """For `mma` phases on a 2-D program grid: the share of operand traffic one wave
-        fetches from DRAM, (distinct rows + distinct columns) / (2 x programs in the wave),
-        assuming the rest hits L2. `traversal`: the plan's root_axis_order, group_rows and
-        group_columns."""
+        fetches from DRAM, each loaded operand one tile per distinct row and/or column it
+        depends on (`reuse.py`, weighted by bytes; without that analysis (distinct rows +
+        distinct columns) / (2 x programs in the wave)), assuming the rest hits L2.
+        `traversal`: the plan's root_axis_order, group_rows and group_columns."""
         op, tiles, _, _ = self.phase_facts[phase]
         domain = list(op.extents)
         if len(domain) < 2 or not tiles:
@@ -499,7 +503,10 @@ class CudaTargetInfo:
         rows, cols = domain[order[-2]], domain[order[-1]]
         wave = max(1, min(slots, rows * cols))
         r, c = wave_footprint(rows, cols, group_rows, group_columns, wave)
-        return min(1.0, (r + c) / (2.0 * wave))
+        reuse = self.reuse[phase]
+        if reuse is None:
+            return min(1.0, (r + c) / (2.0 * wave))
+        return dram_share(reuse, order[-2], order[-1], r, c, wave)
 
     def describe_schedule(self, candidate: Candidate) -> list[str]:
         """Per phase: the grid, residency and its binding limit, waves, loop trips (a
