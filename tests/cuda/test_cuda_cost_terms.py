@@ -147,9 +147,9 @@ def test_grouped_traversal_helps_gemm_operands_and_not_attentions() -> None:
     # attention's K and V depend on the row (batch x head) only and Q on both: grouping
     # spreads a wave over more heads (H200 f16 B4 H32 S4096 D128 BM64 BN64 w4 s3, IEEE
     # non-causal: group 16 3.009 ms, group 1 2.756; issue11-run5).
+    from tilenest.backends.cuda.plan import root_parallels
     from tilenest.backends.cuda.resources import region_trip_map
     from tilenest.backends.cuda.reuse import dram_share, operand_reuse
-    from tilenest.backends.cuda.plan import root_parallels
 
     a = torch.empty(4096, 4096, dtype=torch.float16)
     gemm = GEMM.ir(a, a, torch.empty_like(a), BM=128, BN=128, BK=64)
