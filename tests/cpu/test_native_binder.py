@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 
 import numpy as np
 import pytest
+from binder_common import (
+    add,
+    add_oracle,
+    executable,
+    rand,
+    scaled_rows,
+    threaded_failures,
+    two_phases,
+)
 from tests.shared_contracts import divide, hammer
 
 import tilenest as tn
-from tilenest.backends.cpu import launch as cpu_launch
 from tilenest.runtime import native_binder
 from tilenest.runtime.binder import binder_for, numpy_data_offset
 
@@ -27,52 +34,7 @@ pytestmark = pytest.mark.skipif(native_binder.LAYOUT is None,
                                 reason="object layouts not verified: no native binder here")
 
 
-@tn.kernel
-def add(X, Y, O, *, BLOCK=1024):
-    (N,) = X.shape
-    for p in tn.parallel(tn.axis("g", tn.cdiv(N, BLOCK))):
-        b = tn.axis("b", BLOCK)
-        r = p.index() * BLOCK
-        O.tile((r,), (b,)).store(X.tile((r,), (b,)).load() * 2.0 + Y.tile((r,), (b,)).load())
-
-
-@tn.kernel
-def scaled_rows(X, Y, *, BM=4, SCALE=2.0):
-    R, C = X.shape
-    gm = tn.axis("gm", tn.cdiv(R, BM))
-    m, c = tn.axis("m", BM), tn.axis("c", C)
-    for p in tn.parallel(gm):
-        r0 = p.index() * BM
-        x = X.tile((r0, 0), (m, c)).load()
-        Y.tile((r0, 0), (m, c)).store(x * SCALE + 1.0)
-
-
-@tn.kernel
-def two_phases(X, Y, Z, *, N=64):
-    for p in tn.parallel(tn.axis("g", 1)):
-        b = tn.axis("b", N)
-        Y.tile((0,), (b,)).store(X.tile((0,), (b,)).load() + 1.0)
-    for p in tn.parallel(tn.axis("h", 1)):
-        c = tn.axis("c", N)
-        Z.tile((0,), (c,)).store(X.tile((0,), (c,)).load() * 2.0)
-
-
 ONE_THREAD = {"num_threads": 1}  # every phase one call on the calling thread: inline_launch
-
-
-def rand(rng: np.random.Generator, *shape: int, dtype: type = np.float32) -> np.ndarray:
-    return rng.uniform(-2, 2, size=shape).astype(dtype)
-
-
-def add_oracle(x: np.ndarray, y: np.ndarray, block: int) -> np.ndarray:
-    out = np.full(x.shape, np.nan, np.float64)
-    tn.interpret(add, x.astype(np.float64), y.astype(np.float64), out, precision="float64",
-                 BLOCK=block)
-    return out
-
-
-def executable(ck: tn.CompiledKernel) -> cpu_launch.CpuExecutable:
-    return ck.executable.extras["executable"]
 
 
 def native(ck: tn.CompiledKernel):
@@ -330,25 +292,7 @@ def test_threads_calling_at_once(rng) -> None:
     fast = native(ck)
     inputs = [(rand(rng, n), rand(rng, n)) for _ in range(threads)]
     wants = [add_oracle(x, y, n) for x, y in inputs]
-    failures: list[str] = []
-    start = threading.Barrier(threads)
-
-    def worker(k: int) -> None:
-        x, y = inputs[k]
-        start.wait()
-        for _ in range(calls):
-            out = np.full(n, np.nan, np.float32)
-            if not fast((x, y, out)):
-                failures.append(f"thread {k}: refused")
-            elif not np.allclose(out, wants[k], rtol=1e-6, atol=1e-6):
-                failures.append(f"thread {k}: wrong result")
-
-    pool = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join(timeout=300)
-    assert not any(t.is_alive() for t in pool)
+    failures = threaded_failures(fast, inputs, wants, n, calls)
     assert not failures, failures[:5]
 
 
