@@ -214,7 +214,7 @@ def region_trip_map(fn: Function) -> TripMap:
     return trip_counts(fn) if is_dynamic(fn) else {}
 
 
-def _trips(op: ops.RegionOp, counts: TripMap, longest: bool = False) -> float:
+def iterations(op: ops.RegionOp, counts: TripMap, longest: bool = False) -> float:
     """Iterations of `op` per instance of its parent: exact when static, expected (or, with
     `longest`, those of the longest-running instance) when dynamic (`counts` must hold every
     dynamic region: `region_trip_map`)."""
@@ -276,7 +276,7 @@ def _count_ops(body: list[Op], mult: float, work: Work, layout: BlockLayout,
         inner_loops = loops | frozenset(op.coords) if isinstance(op, ops.RegionOp) \
             and not isinstance(op, ops.Parallel) else loops
         for r in op.regions:
-            inner = mult * (_trips(op, counts) if isinstance(op, ops.RegionOp) else 1)
+            inner = mult * (iterations(op, counts) if isinstance(op, ops.RegionOp) else 1)
             _count(r, inner, work, layout, counts, inner_loops)
 
 
@@ -289,7 +289,7 @@ def count_work(fn: Function, plan: object) -> Work:
     counts = region_trip_map(fn)
     for op in fn.body.ops:
         if isinstance(op, ops.Parallel):
-            work.programs.append(int(_trips(op, counts)))
+            work.programs.append(int(iterations(op, counts)))
     _count(fn.body, 1.0, work, layout, counts)
     return work
 
@@ -300,7 +300,7 @@ def loop_trips(op: Op, counts: TripMap, longest: bool = False) -> float:
     best = 0.0
     for inner in op.body.walk():
         if loops_as_loop(inner) and any(isinstance(x, ops.Load) for x in inner.body.walk()):
-            best = max(best, _trips(inner, counts, longest))
+            best = max(best, iterations(inner, counts, longest))
     return best
 
 
@@ -325,7 +325,7 @@ def phase_work(fn: Function, plan: object) -> list[tuple[Op, Work]]:
     out = []
     for op in fn.body.ops:
         if isinstance(op, ops.Parallel):
-            work = Work(programs=[int(_trips(op, counts))])
+            work = Work(programs=[int(iterations(op, counts))])
             _count_ops([op], 1.0, work, layout, counts)
             work.shared_bytes = _shared_load_bytes(op, counts)
             out.append((op, work))
@@ -361,9 +361,9 @@ def _shared_load_bytes(par: ops.Parallel, counts: TripMap) -> float:
                 kept = [e for e in op.shape if e is not None]
                 total += mult * _elements(tuple(kept)) * tensor.dtype.itemsize
             for r in op.regions:
-                count(r, mult * (_trips(op, counts) if isinstance(op, ops.RegionOp) else 1))
+                count(r, mult * (iterations(op, counts) if isinstance(op, ops.RegionOp) else 1))
 
-    count(par.body, float(_trips(par, counts)))
+    count(par.body, float(iterations(par, counts)))
     return total
 
 

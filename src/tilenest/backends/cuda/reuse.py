@@ -14,10 +14,10 @@ of the loops around the load): K and V, loaded every key block, outweigh Q, load
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tilenest.analysis.trips import index_dependencies
+from tilenest.backends.cuda.resources import TripMap, iterations
 from tilenest.ir import ops
 from tilenest.ir.core import Op, Value
 from tilenest.ir.types import TileType
@@ -32,8 +32,7 @@ class OperandReuse:
     weight: float         # bytes per program
 
 
-def operand_reuse(op: ops.RegionOp, trips: Mapping[ops.RegionOp, object]
-                  ) -> tuple[OperandReuse, ...] | None:
+def operand_reuse(op: ops.RegionOp, trips: TripMap) -> tuple[OperandReuse, ...] | None:
     """The loaded `mma` operands of root parallel `op` (None: an origin reads a loaded
     value, or no operand is a load; the caller keeps its GEMM assumption)."""
     coords = op.coords
@@ -69,7 +68,7 @@ def _source_load(value: Value) -> ops.Load | None:
     return None
 
 
-def _bytes(load: ops.Load, root: ops.RegionOp, trips: Mapping[ops.RegionOp, object]) -> float:
+def _bytes(load: ops.Load, root: ops.RegionOp, trips: TripMap) -> float:
     t = load.result.type
     n = float(t.dtype.bits) / 8.0
     for extent in t.shape:
@@ -78,18 +77,8 @@ def _bytes(load: ops.Load, root: ops.RegionOp, trips: Mapping[ops.RegionOp, obje
     while region is not None and region.parent is not None and region.parent is not root:
         parent = region.parent
         if isinstance(parent, ops.RegionOp):
-            n *= _trips(parent, trips)
+            n *= iterations(parent, trips)
         region = parent.parent
-    return n
-
-
-def _trips(op: ops.RegionOp, trips: Mapping[ops.RegionOp, object]) -> float:
-    counted = trips.get(op)
-    if counted is not None:
-        return float(getattr(counted, "expected", 1.0))
-    n = 1.0
-    for extent in op.extents:
-        n *= float(extent or 1)
     return n
 
 
