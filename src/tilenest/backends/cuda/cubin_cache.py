@@ -203,30 +203,3 @@ def _load_cubin(directory: Path, cubin: bytes, name: str, shared: int, device: i
             os.unlink(path)
         except OSError:
             pass
-
-
-def triton_hooks_installed() -> bool:
-    """Whether a Triton launch hook is installed (then a launch goes through Triton, which
-    feeds it). Without Triton imported no hook can be."""
-    runtime = _RUNTIME[0] if _RUNTIME else _triton_runtime()
-    if runtime is None:
-        return False
-    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
-    # Triton 3.9: a HookChain, empty unless a hook was added; 3.6: None unless one was set.
-    return not (enter is None or getattr(enter, "calls", True) == []) or \
-        not (leave is None or getattr(leave, "calls", True) == [])
-
-
-_RUNTIME: list[Any] = []  # `triton.knobs.runtime`, once Triton is imported
-
-
-def _triton_runtime() -> Any:
-    triton = sys.modules.get("triton")
-    if triton is None:
-        return None
-    runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
-    if runtime is not None and hasattr(runtime, "launch_enter_hook") and \
-            hasattr(runtime, "launch_exit_hook"):
-        _RUNTIME.append(runtime)
-        return runtime
-    return None

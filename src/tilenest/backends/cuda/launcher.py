@@ -43,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -235,6 +236,27 @@ class NeedsTriton(Exception):  # noqa: N818 - a signal, not an error
     the JITFunction, which feeds the hook."""
 
 
+_RUNTIME: list[Any] = []  # `triton.knobs.runtime`, once Triton is imported
+
+
+def triton_hooks_installed() -> bool:
+    """Whether a Triton launch hook is installed (`active_hook`), without importing Triton:
+    before it is imported no hook can be."""
+    runtime = _RUNTIME[0] if _RUNTIME else _triton_runtime()
+    return runtime is not None and (active_hook(runtime.launch_enter_hook) is not None or
+                                    active_hook(runtime.launch_exit_hook) is not None)
+
+
+def _triton_runtime() -> Any:
+    triton = sys.modules.get("triton")
+    runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
+    if runtime is not None and hasattr(runtime, "launch_enter_hook") and \
+            hasattr(runtime, "launch_exit_hook"):
+        _RUNTIME.append(runtime)
+        return runtime
+    return None
+
+
 def stored_call(loaded: cubin_cache.Loaded, grid: tuple[int, int, int]) -> DirectCall | None:
     """A direct call of a phase loaded from the cubin store, through the static launcher."""
     launch = static_launcher()
@@ -242,7 +264,7 @@ def stored_call(loaded: cubin_cache.Loaded, grid: tuple[int, int, int]) -> Direc
         return None
     function, warps, shared = loaded.function, loaded.num_warps, loaded.shared
     types, hidden = loaded.types, loaded.hidden
-    hooked = cubin_cache.triton_hooks_installed
+    hooked = triton_hooks_installed
     g0, g1, g2 = grid
 
     def call(stream: int, args: Sequence[Any]) -> None:
@@ -308,6 +330,7 @@ class PhaseLauncher:
         # Registers, spills and shared memory of a phase loaded from the store (for
         # `occupancy.recheck`; a JIT launch hands back Triton's compiled kernel instead).
         self.meta: dict[str, int | None] | None = None
+        self._entries: dict[tuple[int, int], str | None] = {}
 
     @property
     def kernel(self) -> Any:
@@ -334,9 +357,16 @@ class PhaseLauncher:
                 self._save(key, compiled, count)
         self.direct[key] = call
 
+    def _entry(self, key: tuple[int, int]) -> str | None:
+        """The store's key of this phase for `key` (computed once: a miss asks again to
+        save what the JIT compiled)."""
+        if key not in self._entries:
+            self._entries[key] = self.store.key(*key) if self.store is not None else None
+        return self._entries[key]
+
     def _save(self, key: tuple[int, int], compiled: Any, count: int) -> None:
         shape = _static_args(compiled, count)
-        entry = self.store.key(*key) if self.store is not None and shape is not None else None
+        entry = self._entry(key) if shape is not None else None
         if entry is None or shape is None:
             return
         from tilenest.backends.cuda.occupancy import compiled_metadata
@@ -346,7 +376,7 @@ class PhaseLauncher:
     def _stored(self, key: tuple[int, int], count: int) -> DirectCall | None:
         """The direct call of this phase loaded from the store for `key`, or None (a miss)."""
         loader = static_loader() if self.store is not None else None
-        entry = self.store.key(*key) if loader is not None and self.store is not None else None
+        entry = self._entry(key) if loader is not None else None
         if entry is None:
             return None
         loaded = cubin_cache.load(entry, key[0], loader)
