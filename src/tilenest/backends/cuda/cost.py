@@ -55,8 +55,9 @@ are those of 128x256 tiles), times a / (a + acc_half) normalized to 1 at a = 128
 accumulators per thread of one warpgroup's tile (fewer outputs per thread pay the per-k-step
 issue and fence cost over less work). Below that, mma.sync runs at `mma_sync_fraction` of
 the rate.
-IEEE f32 (CUDA-core FMA) scales with the outputs per thread, o / (o + 8) normalized at 64,
-and by 64 / o above 64 (register pressure beside the operand fragments).
+IEEE f32 (CUDA-core FMA, `fma_efficiency`) is fit to the H200's IEEE f32 tile sweep: flat
+between 32 and 64 outputs per thread and falling off either side, the shared-memory operand
+reads per product (1/m + 1/n), and a loss past 4 warps per program.
 Misaligned rows (`~misaligned`) and tf32 operands whose k axis is not contiguous
 (`~kstrided`) divide the rate by their measured fractions (H200: cuBLAS and Triton reach
 ~150 of ~790 TFLOP/s at f16 4095x4097x4093; ~85 of 404 at tf32 with row-major B).
@@ -129,6 +130,10 @@ H200_RATES: dict[str, float] = {
     # 64 KiB of weight and bias twice as often; 256 KiB of L1 and shared memory per SM).
     "l1_bytes": 131072.0,
 }
+# The CUDA-core product's shared-memory operand reads per output, 1/m + 1/n, weigh this
+# much against its multiply-adds (fit: 32x128 ran 3% slower than 64x64, both 4 warps and
+# 32 outputs per thread, IEEE f32 4096^3 on the H200).
+FMA_READS = 4.74
 TERMS = ("memory", "l2", "dot", "misaligned", "k_strided", "vector", "step", "wave_tail",
          "latency", "shallow", "programs", "launch", "copy")
 UNIT = "model seconds on the target's facts (relative until calibrated)"
@@ -152,12 +157,26 @@ def tile_efficiency(m: int, n: int, warps: int, kind: str, cc_major: int,
         warp_n = max(8, min(256, n // max(1, warps // along_m)))
         return weights.get("mma_sync_fraction", 0.5) * (warp_n / (warp_n + n_half)) / (
             256.0 / (256.0 + n_half))
+    return fma_efficiency(m, n, warps)
+
+
+def fma_efficiency(m: int, n: int, warps: int) -> float:
+    """IEEE f32 `mma` on CUDA cores, normalized to 1 at 64x64 with 4 warps (the fastest
+    tile of the H200 sweep, benchmarks/results/device/issue9-run3): outputs per thread
+    (fewer than 32 pay the operand fragments over less work, more than 64 crowd the
+    register file), the shared-memory operand reads per product, 1/m + 1/n, and the warps
+    of one program (past 4 each warp's slice of the operand tiles shrinks: 128x128 with 8
+    warps ran 7% slower than 64x128 with 4 at the same 64 outputs per thread)."""
     outputs = m * n / (32.0 * max(1, warps))
-    eff = min(1.0, (outputs / (outputs + 8.0)) / (64.0 / 72.0))
-    # Past ~64 accumulators per thread the CUDA-core operand fragments no longer fit the
-    # register file beside them (measured: 128x256 with 8 warps is the slowest IEEE f32
-    # config, 64x128 with 4 warps the fastest).
-    return eff * min(1.0, 64.0 / max(outputs, 1.0))
+    if outputs < 32.0:
+        held = (outputs / (outputs + 4.0)) / (32.0 / 36.0)
+    elif outputs <= 64.0:
+        held = (32.0 / outputs) ** 0.07
+    else:
+        held = (0.5 ** 0.07) * (64.0 / outputs) ** 0.26
+    reads = (1.0 + FMA_READS / 32.0) / (1.0 + FMA_READS * (1.0 / max(m, 1) + 1.0 / max(n, 1)))
+    spread = min(1.0, (4.0 / max(1, warps)) ** 0.128)
+    return held * reads * spread
 
 
 class GpuCostPolicy(CostPolicy):
