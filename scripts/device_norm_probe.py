@@ -95,92 +95,96 @@ def inductor_code(fn, *args) -> str:
     return "\n\n# ----\n\n".join(codes)
 
 
-def main() -> None:
+def probe_case(example: str, timer: CudaTimer, hands: dict, rows: list[dict]) -> None:
     M = N = 8192
+    rms = example == "rmsnorm"
+    eps = 1e-6 if rms else 1e-5
+    sets = [tuple(torch.randn(*shape, device="cuda") for shape in ((M, N), (N,), (N,)))
+            for _ in range(3)]
+
+    def ref(i: int, rms: bool = rms) -> torch.Tensor:
+        x, w, b = (t.double() for t in sets[i])
+        if rms:
+            return x * torch.rsqrt((x * x).mean(1, keepdim=True) + 1e-6) * w
+        return F.layer_norm(x, (N,), w, b, eps=1e-5)
+
+    refs = [ref(i) for i in range(3)]
+    nparams = 2 if rms else 3
+    kern = EXAMPLES[example].kernel
+    contenders = {}
+    out = torch.empty(M, N, device="cuda")
+    contenders["tilenest plain call"] = (lambda i, o=out: kern(*sets[i][:nparams], o), out)
+    ck = kern.compile(*sets[0][:nparams], out, target="cuda")
+    print(example, "plain call picks", ck.constants, ck.plan.num_warps, flush=True)
+    for w in (4, 8, 16):
+        o = torch.empty(M, N, device="cuda")
+        p = CudaPlan(num_warps=w)
+        c = kern.compile(*sets[0][:nparams], o, target="cuda", ROWS=1, plan=p)
+        contenders[f"tilenest ROWS=1 w{w}"] = (
+            lambda i, c=c, o=o, p=p: c(*sets[i][:nparams], o, ROWS=1, plan=p), o)
+    eager = (lambda x, w, b: F.rms_norm(x, (N,), w, eps=1e-6)) if rms else \
+        (lambda x, w, b: F.layer_norm(x, (N,), w, b, eps=1e-5))
+    compiled = torch.compile(eager)
+    box: dict[str, torch.Tensor] = {}
+    with open(os.path.join(OUT, f"inductor-{example}-f32.py"), "w") as f:
+        f.write(inductor_code(compiled, *sets[0]))
+
+    def run_compiled(i: int) -> None:
+        box["c"] = compiled(*sets[i])
+    contenders["torch.compile"] = (run_compiled, None)
+    cout = torch.empty(M, N, device="cuda")
+    contenders["copy"] = (lambda i: cout.copy_(sets[i][0]), None)
+    for h, mod in hands.items():
+        for w in (4, 8, 16):
+            o = torch.empty(M, N, device="cuda")
+            contenders[f"hand persistent w{w} {h}"] = (
+                lambda i, mod=mod, o=o, w=w: mod.persistent[(M,)](
+                    *sets[i], o, N, eps, BLOCK=N, RMS=rms, num_warps=w), o)
+    if rms:
+        for rb in (1024, 2048, 4096):
+            for w in (4, 8, 16):
+                o = torch.empty(M, N, device="cuda")
+                contenders[f"hand looped RB{rb} w{w}"] = (
+                    lambda i, o=o, rb=rb, w=w: hands["plain"].looped_rms[(M,)](
+                        sets[i][0], sets[i][1], o, N, 1e-6, RB=rb, num_warps=w), o)
+    timed = []
+    for name, (call, o) in contenders.items():
+        try:
+            call(0)
+            torch.cuda.synchronize()
+            got = box["c"] if name == "torch.compile" else o
+            err = None if got is None else float((got.double() - refs[0]).abs().max()
+                                                  / refs[0].abs().max())
+            if err is not None and err > 1e-4:
+                print(f"  {name}: error {err:.3g}", flush=True)
+                rows.append({"case": example, "name": name, "error": err})
+                continue
+            timed.append([name, call, err, []])
+        except Exception as e:  # a variant that does not compile is reported
+            print(f"  {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            rows.append({"case": example, "name": name, "failed": str(e)[:300]})
+    rounds = 6
+    for r in range(rounds):
+        start = r * len(timed) // rounds
+        for entry in timed[start:] + timed[:start]:
+            entry[3] += timer.device_ms(entry[1], 3, reps=8, warmup=1)["samples_ms"]
+    base = statistics.median(next(e for e in timed if e[0] == "torch.compile")[3])
+    for name, _, err, samples in sorted(timed, key=lambda e: statistics.median(e[3])):
+        ms = statistics.median(samples)
+        rows.append({"case": example, "name": name, "ms": ms, "vs_compile": base / ms,
+                     "gbps": 2 * M * N * 4 / ms / 1e6, "rel_err": err,
+                     "samples": len(samples)})
+        print(f"  {example:9s} {name:44s} {ms:8.4f} ms  {base / ms:6.3f}x compile  "
+              f"{2 * M * N * 4 / ms / 1e6:7.0f} GB/s", flush=True)
+
+
+def main() -> None:
     timer = CudaTimer()
     rows: list[dict] = []
     hands = {h: load_module(f"hand_{i}", HAND.format(xhint=x, whint=w, shint=s))
              for i, (h, (x, w, s)) in enumerate(HINTS.items())}
     for example in ("rmsnorm", "layernorm"):
-        rms = example == "rmsnorm"
-        eps = 1e-6 if rms else 1e-5
-        sets = [tuple(torch.randn(*shape, device="cuda") for shape in ((M, N), (N,), (N,)))
-                for _ in range(3)]
-
-        def ref(i: int, rms: bool = rms) -> torch.Tensor:
-            x, w, b = (t.double() for t in sets[i])
-            if rms:
-                return x * torch.rsqrt((x * x).mean(1, keepdim=True) + 1e-6) * w
-            return F.layer_norm(x, (N,), w, b, eps=1e-5)
-
-        refs = [ref(i) for i in range(3)]
-        nparams = 2 if rms else 3
-        kern = EXAMPLES[example].kernel
-        contenders = {}
-        out = torch.empty(M, N, device="cuda")
-        contenders["tilenest plain call"] = (lambda i, o=out: kern(*sets[i][:nparams], o), out)
-        ck = kern.compile(*sets[0][:nparams], out, target="cuda")
-        print(example, "plain call picks", ck.constants, ck.plan.num_warps, flush=True)
-        for w in (4, 8, 16):
-            o = torch.empty(M, N, device="cuda")
-            p = CudaPlan(num_warps=w)
-            c = kern.compile(*sets[0][:nparams], o, target="cuda", ROWS=1, plan=p)
-            contenders[f"tilenest ROWS=1 w{w}"] = (
-                lambda i, c=c, o=o, p=p: c(*sets[i][:nparams], o, ROWS=1, plan=p), o)
-        eager = (lambda x, w, b: F.rms_norm(x, (N,), w, eps=1e-6)) if rms else \
-            (lambda x, w, b: F.layer_norm(x, (N,), w, b, eps=1e-5))
-        compiled = torch.compile(eager)
-        box: dict[str, torch.Tensor] = {}
-        with open(os.path.join(OUT, f"inductor-{example}-f32.py"), "w") as f:
-            f.write(inductor_code(compiled, *sets[0]))
-
-        def run_compiled(i: int) -> None:
-            box["c"] = compiled(*sets[i])
-        contenders["torch.compile"] = (run_compiled, None)
-        cout = torch.empty(M, N, device="cuda")
-        contenders["copy"] = (lambda i: cout.copy_(sets[i][0]), None)
-        for h, mod in hands.items():
-            for w in (4, 8, 16):
-                o = torch.empty(M, N, device="cuda")
-                contenders[f"hand persistent w{w} {h}"] = (
-                    lambda i, mod=mod, o=o, w=w: mod.persistent[(M,)](
-                        *sets[i], o, N, eps, BLOCK=N, RMS=rms, num_warps=w), o)
-        if rms:
-            for rb in (1024, 2048, 4096):
-                for w in (4, 8, 16):
-                    o = torch.empty(M, N, device="cuda")
-                    contenders[f"hand looped RB{rb} w{w}"] = (
-                        lambda i, o=o, rb=rb, w=w: hands["plain"].looped_rms[(M,)](
-                            sets[i][0], sets[i][1], o, N, 1e-6, RB=rb, num_warps=w), o)
-        timed = []
-        for name, (call, o) in contenders.items():
-            try:
-                call(0)
-                torch.cuda.synchronize()
-                got = box["c"] if name == "torch.compile" else o
-                err = None if got is None else float((got.double() - refs[0]).abs().max()
-                                                      / refs[0].abs().max())
-                if err is not None and err > 1e-4:
-                    print(f"  {name}: error {err:.3g}", flush=True)
-                    rows.append({"case": example, "name": name, "error": err})
-                    continue
-                timed.append([name, call, err, []])
-            except Exception as e:  # a variant that does not compile is reported
-                print(f"  {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
-                rows.append({"case": example, "name": name, "failed": str(e)[:300]})
-        rounds = 6
-        for r in range(rounds):
-            start = r * len(timed) // rounds
-            for entry in timed[start:] + timed[:start]:
-                entry[3] += timer.device_ms(entry[1], 3, reps=8, warmup=1)["samples_ms"]
-        base = statistics.median(next(e for e in timed if e[0] == "torch.compile")[3])
-        for name, _, err, samples in sorted(timed, key=lambda e: statistics.median(e[3])):
-            ms = statistics.median(samples)
-            rows.append({"case": example, "name": name, "ms": ms, "vs_compile": base / ms,
-                         "gbps": 2 * M * N * 4 / ms / 1e6, "rel_err": err,
-                         "samples": len(samples)})
-            print(f"  {example:9s} {name:44s} {ms:8.4f} ms  {base / ms:6.3f}x compile  "
-                  f"{2 * M * N * 4 / ms / 1e6:7.0f} GB/s", flush=True)
+        probe_case(example, timer, hands, rows)
     with open(os.path.join(OUT, "norm_probe.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
 
