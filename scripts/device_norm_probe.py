@@ -116,12 +116,18 @@ def probe_case(example: str, timer: CudaTimer, hands: dict, rows: list[dict]) ->
     contenders["tilenest plain call"] = (lambda i, o=out: kern(*sets[i][:nparams], o), out)
     ck = kern.compile(*sets[0][:nparams], out, target="cuda")
     print(example, "plain call picks", ck.constants, ck.plan.num_warps, flush=True)
-    for w in (4, 8, 16):
+    compiled_variants = {}
+    for r, w in ((1, 4), (1, 8), (1, 16), (2, 8), (2, 16), (4, 16)):
         o = torch.empty(M, N, device="cuda")
         p = CudaPlan(num_warps=w)
-        c = kern.compile(*sets[0][:nparams], o, target="cuda", ROWS=1, plan=p)
-        contenders[f"tilenest ROWS=1 w{w}"] = (
-            lambda i, c=c, o=o, p=p: c(*sets[i][:nparams], o, ROWS=1, plan=p), o)
+        try:
+            c = kern.compile(*sets[0][:nparams], o, target="cuda", ROWS=r, plan=p)
+        except Exception as e:  # an infeasible fixed point is reported
+            print(f"  ROWS={r} w{w}: {type(e).__name__}", flush=True)
+            continue
+        compiled_variants[f"tilenest ROWS={r} w{w}"] = c
+        contenders[f"tilenest ROWS={r} w{w}"] = (
+            lambda i, c=c, o=o, p=p, r=r: c(*sets[i][:nparams], o, ROWS=r, plan=p), o)
     eager = (lambda x, w, b: F.rms_norm(x, (N,), w, eps=1e-6)) if rms else \
         (lambda x, w, b: F.layer_norm(x, (N,), w, b, eps=1e-5))
     compiled = torch.compile(eager)
@@ -163,6 +169,11 @@ def probe_case(example: str, timer: CudaTimer, hands: dict, rows: list[dict]) ->
         except Exception as e:  # a variant that does not compile is reported
             print(f"  {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
             rows.append({"case": example, "name": name, "failed": str(e)[:300]})
+    for name, c in compiled_variants.items():  # registers and residency, compiled
+        run = c.executable.run
+        meta = getattr(getattr(run, "__self__", run), "compiled", None)
+        rows.append({"case": example, "name": name, "compiled": meta})
+        print(f"  {name}: compiled {meta}", flush=True)
     rounds = 6
     for r in range(rounds):
         start = r * len(timed) // rounds
