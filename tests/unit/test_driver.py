@@ -268,7 +268,8 @@ def test_plain_call_reuses_its_last_kernel_only_while_nothing_changed(
 def test_plain_call_with_the_same_constants_reuses_its_kernel(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Keyword constants equal to the last call's (by type, floats by their bits) ask the
-    remembered binder; -0.0 after 0.0, or an option, take the full path."""
+    remembered binder; -0.0 after 0.0, or an option the last call did not name, take the
+    full path."""
     import tilenest.runtime.binder as binder
 
     asked: list[Any] = []
@@ -289,16 +290,52 @@ def test_plain_call_with_the_same_constants_reuses_its_kernel(
     assert len(asked) == 1
     kern(x, y, BM=2, SCALE=-0.0)
     assert len(asked) == 2 and str(asked[1]) == "-0.0"
-    kern(x, y, BM=2, SCALE=-0.0, seed=1)  # an option: the full path
+    kern(x, y, BM=2, SCALE=-0.0, seed=1)  # an option the last call did not name
     assert len(asked) == 2
+    kern(x, y, BM=2, SCALE=-0.0, seed=1)  # the same option again: asked
+    assert len(asked) == 3
     kern(x, y, BM=2, SCALE=3.0)
     np.testing.assert_allclose(y, x * 3.0 + 1.0, rtol=1e-6)
     kern(x, y, BM=2, SCALE=3.0, target="cpu")  # a target named, the last call named none
-    assert len(asked) == 2
+    assert len(asked) == 3
     kern(x, y, BM=2, SCALE=3.0, target="cpu")  # the same target again: asked
-    assert len(asked) == 3
+    assert len(asked) == 4
     kern(x, y, BM=2, SCALE=3.0, target="reference")  # another target: the full path
+    assert len(asked) == 4
+
+
+def test_plain_call_with_the_same_options_reuses_its_kernel(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Options compare by equality where their values are immutable (scalars, frozen records
+    such as NumericalPolicy and plans): an equal policy asks the remembered binder, another
+    policy or a `constraints=` dict (mutable) takes the full path."""
+    import tilenest.runtime.binder as binder
+    from tilenest.numerics import NumericalPolicy
+
+    asked: list[Any] = []
+
+    def binder_for(compiled: Any) -> Any:
+        def fast(args: tuple) -> bool:
+            asked.append(compiled.options.get("policy"))
+            return False
+        return fast
+
+    monkeypatch.setattr(binder, "binder_for", binder_for)
+    kern = tn.Kernel(scale_rows)
+    x, y = _xy()
+    fma = NumericalPolicy(allow_fma=True)
+    kern(x, y, policy=fma)
+    kern(x, y, policy=fma)
+    kern(x, y, policy=NumericalPolicy(allow_fma=True))  # equal, not the same object
+    assert len(asked) == 2
+    kern(x, y, policy=NumericalPolicy())  # another policy: the full path
+    assert len(asked) == 2
+    kern(x, y, policy=NumericalPolicy())
     assert len(asked) == 3
+    kern(x, y, constraints={"num_threads": 1})  # a dict: never compared, always bound
+    kern(x, y, constraints={"num_threads": 1})
+    assert len(asked) == 3
+    np.testing.assert_allclose(y, _oracle(kern, x), rtol=1e-6)
 
 
 def test_a_fast_path_that_launches_ends_the_call(monkeypatch: pytest.MonkeyPatch) -> None:

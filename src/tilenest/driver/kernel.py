@@ -17,7 +17,7 @@ from typing import Any
 from tilenest.config import TARGET, TUNE
 from tilenest.driver.compiled import CompiledKernel
 from tilenest.driver.front import capture_function, verify_function
-from tilenest.driver.options import CompileOptions, check_options, take_options
+from tilenest.driver.options import OPTION_NAMES, CompileOptions, check_options, take_options
 from tilenest.errors import ArgumentError, BackendError, CaptureError, TileError
 from tilenest.ir.core import Function
 from tilenest.lang.context import active
@@ -390,14 +390,21 @@ class Kernel:
             raise trimmed(e) from None
 
     def _constants_signature(self, kwargs: dict[str, Any]) -> tuple | None:
-        """The call's keyword constants as the plain-call fast path compares them (exactly:
-        by type, floats by their bits), or None when the call passes anything else (options,
-        tensors by name, dtypes, tuples), which the full path binds."""
+        """The call's keyword constants and compile options as the plain-call fast path
+        compares them (exactly: by type, floats by their bits; an option by equality, which
+        only immutable option values may use: scalars and frozen records such as
+        `NumericalPolicy` or a plan), or None when the call passes anything else (tensors by
+        name, dtypes, tuples, a `constraints=` dict), which the full path binds."""
         if not kwargs:
             return ()
         out = []
         for name, value in kwargs.items():
             kind = type(value)
+            if name in OPTION_NAMES:
+                if kind not in _SCALAR_CONSTANTS and not _frozen_record(value):
+                    return None
+                out.append((name, kind, value.hex() if kind is float else value))
+                continue
             if name not in self.const_params or kind not in _SCALAR_CONSTANTS:
                 return None
             out.append((name, kind, value.hex() if kind is float else value))
@@ -408,6 +415,19 @@ class Kernel:
 
 # Constant types the plain-call fast path compares itself (bool is not int, -0.0 not 0.0).
 _SCALAR_CONSTANTS = frozenset({bool, int, float, str, type(None)})
+
+
+def _frozen_record(value: Any) -> bool:
+    """A frozen dataclass whose fields hash (nothing mutable inside): an option value the
+    fast path may compare by equality across calls."""
+    params = getattr(type(value), "__dataclass_params__", None)
+    if params is None or not params.frozen:
+        return False
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def kernel(fn: Callable[..., Any]) -> Kernel:
