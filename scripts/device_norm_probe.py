@@ -6,7 +6,7 @@ a copy, and hand-written Triton variants of one row per program (persistent: the
 registers, load eviction and store cache hints; looped: two passes over the row in chunks,
 the second served from L2). Every output is checked against a float64 reference first.
 
-    python scripts/device_norm_probe.py   (writes $OUT/norm_probe.json and inductor-*.py)
+    python scripts/device_norm_probe.py   (writes $OUT/norm_probe.json and inductor-*.py.txt)
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def probe_case(example: str, timer: CudaTimer, hands: dict, rows: list[dict]) ->
         (lambda x, w, b: F.layer_norm(x, (N,), w, b, eps=1e-5))
     compiled = torch.compile(eager)
     box: dict[str, torch.Tensor] = {}
-    with open(os.path.join(OUT, f"inductor-{example}-f32.py"), "w") as f:
+    with open(os.path.join(OUT, f"inductor-{example}-f32.py.txt"), "w") as f:
         f.write(inductor_code(compiled, *sets[0]))
 
     def run_compiled(i: int) -> None:

@@ -167,3 +167,48 @@ def test_grouped_traversal_helps_gemm_operands_and_not_attentions() -> None:
     plain, grouped = (5, 64), (16, 17)
     assert dram_share(g, 0, 1, *grouped, wave) < dram_share(g, 0, 1, *plain, wave)
     assert dram_share(f, 0, 1, *grouped, wave) > dram_share(f, 0, 1, *plain, wave)
+
+
+# H200 f32 8192^2, one session, interleaved (benchmarks/results/device/session17-run1):
+# (ROWS, warps) -> ms.
+MEASURED_RMSNORM = {(1, 16): 0.1320, (1, 8): 0.1343, (1, 4): 0.1343, (4, 16): 0.1346,
+                    (2, 8): 0.1349}
+MEASURED_LAYERNORM = {(1, 8): 0.1326, (1, 16): 0.1328, (1, 4): 0.1340, (4, 16): 0.1364,
+                      (2, 8): 0.1460, (2, 16): 0.1476}
+
+
+def _norm_costs(example: str, measured: dict) -> dict:
+    kern = EXAMPLES[example].kernel
+    x, w = torch.empty(8192, 8192), torch.empty(8192)
+    args = (x, w, w) if example == "layernorm" else (x, w)
+    return {(rows, warps): _selected(kern.ir(*args, torch.empty_like(x), ROWS=rows),
+                                     CudaPlan(num_warps=warps)).cost.total
+            for rows, warps in measured}
+
+
+@pytest.mark.parametrize("example, measured", [("rmsnorm", MEASURED_RMSNORM),
+                                               ("layernorm", MEASURED_LAYERNORM)])
+def test_whole_row_programs_want_threads_and_company_on_their_sm(example: str,
+                                                                 measured: dict) -> None:
+    """Below 1024 threads per SM a whole-row program's DRAM traffic is not kept in flight, and
+    a program alone on its SM exposes its reductions: the model's pick is within 0.5% of the
+    measured best, and every one-program-per-SM point ranks below every ROWS=1 point."""
+    model = _norm_costs(example, measured)
+    pick = min(model, key=model.__getitem__)
+    assert measured[pick] <= 1.005 * min(measured.values())
+    alone = [k for k in measured if k[0] > 1]
+    assert min(model[k] for k in alone) > max(model[k] for k in measured if k[0] == 1)
+    terms = dict(_selected(EXAMPLES[example].kernel.ir(
+        torch.empty(8192, 8192), torch.empty(8192), *((torch.empty(8192),) if example ==
+                                                      "layernorm" else ()),
+        torch.empty(8192, 8192), ROWS=2), CudaPlan(num_warps=8)).cost.terms)
+    assert terms["exposed"] > 0.0
+
+
+def test_plain_call_of_the_f32_norms_picks_one_row_and_sixteen_warps() -> None:
+    for example in ("rmsnorm", "layernorm"):
+        kern = EXAMPLES[example].kernel
+        x, w = torch.empty(8192, 8192), torch.empty(8192)
+        args = (x, w, w) if example == "layernorm" else (x, w)
+        ck = kern.compile(*args, torch.empty_like(x), target="cuda")
+        assert ck.constants["ROWS"] == 1 and ck.executable.plan.num_warps == 16, example

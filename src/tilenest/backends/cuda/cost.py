@@ -43,7 +43,12 @@ dot flops by operand kind, and the padded (m, n) of each `mma` with its flop sha
     bound      = ||(throughput, latency, memory)||_overlap   (a p-norm: the roofline's max
                  as overlap grows, their sum at 1; a bound that does not dominate still
                  counts, e.g. a deeper pipeline's shorter latency chain)
-    phase      = bound + shallow + rounds * program_s / resident + launch_s
+    occupancy  = for a phase without a loop (whole-tile programs), memory is multiplied by
+                 1 + occupancy_loss * max(0, 1 - resident * threads / occupancy_threads)
+                 (too few threads per SM to keep its DRAM traffic in flight), and a program
+                 alone on its SM exposes its CUDA-core work:
+                 exposed = rounds * SMs * core / programs when resident == 1, else 0
+    phase      = bound + shallow + exposed + rounds * program_s / resident + launch_s
 and once per call `copy` = padded/K-major copy bytes / bandwidth + launch_s per copy.
 `total` is the sum of the phases and the copy: a soft roofline, not the sum of the terms.
 `wave_tail` (the throughput share of the last, partial round) is reported, not added.
@@ -129,13 +134,22 @@ H200_RATES: dict[str, float] = {
     # 8192^2: ROWS=1 0.132-0.135 ms against ROWS=2 0.146-0.147 although ROWS=1 reads the
     # 64 KiB of weight and bias twice as often; 256 KiB of L1 and shared memory per SM).
     "l1_bytes": 131072.0,
+    # A whole-row program (no loop) streams its loads at once, then reduces and stores; the
+    # SM's DRAM traffic needs threads resident beside it to stay in flight. Below
+    # `occupancy_threads` per SM the memory time grows by up to `occupancy_loss`, and a
+    # program alone on its SM (resident 1) exposes its CUDA-core work (no other program
+    # loads meanwhile). H200 f32 8192^2 (benchmarks/results/device/session17-run1, compiled
+    # registers): RMSNorm ROWS=1 16 warps (2 resident, 1024 threads) 0.1320 ms against 8
+    # warps (768 threads) 0.1343 and 4 warps (384) 0.1343; LayerNorm ROWS=2 (1 resident)
+    # 0.146-0.148 ms against ROWS=1 0.1326-0.1340. Leads fit to those points.
+    "occupancy_threads": 1024.0, "occupancy_loss": 0.03,
 }
 # The CUDA-core product's shared-memory operand reads per output, 1/m + 1/n, weigh this
 # much against its multiply-adds (fit: 32x128 ran 3% slower than 64x64, both 4 warps and
 # 32 outputs per thread, IEEE f32 4096^3 on the H200).
 FMA_READS = 4.74
 TERMS = ("memory", "l2", "dot", "misaligned", "k_strided", "vector", "step", "wave_tail",
-         "latency", "shallow", "programs", "launch", "copy")
+         "latency", "shallow", "exposed", "programs", "launch", "copy")
 UNIT = "model seconds on the target's facts (relative until calibrated)"
 
 
@@ -278,6 +292,13 @@ class GpuCostPolicy(CostPolicy):
         frac = 1.0 - w["l2_reuse"] * (1.0 - s.get("dram_fraction", 1.0))
         memory = (s["bytes"] + self._short_run_excess(s) - s.get("shared_bytes", 0.0)) \
             * frac / bw
+        exposed = 0.0
+        if not trips:
+            threads = resident * 32.0 * s.get("warps", 4.0)
+            memory *= 1.0 + w["occupancy_loss"] * max(0.0, 1.0 - threads / max(
+                w["occupancy_threads"], 1.0))
+            if resident == 1.0:
+                exposed = rounds * sms * core / programs
         longest = s.get("trips_longest", trips)
         if longest > trips and trips:
             trip_bytes = s["bytes"] / programs / trips
@@ -301,10 +322,11 @@ class GpuCostPolicy(CostPolicy):
         top = max(throughput, latency, memory)
         bound = top * math.fsum((x / top) ** p for x in (throughput, latency, memory)) ** (
             1.0 / p) if top > 0 else 0.0
-        time = bound + shallow + per_program + launch
+        time = bound + shallow + exposed + per_program + launch
         return {"memory": memory, "l2": l2, "dot": dot, "misaligned": misaligned,
                 "k_strided": strided, "vector": vector, "step": step, "wave_tail": tail,
-                "latency": latency, "shallow": shallow, "programs": per_program,
+                "latency": latency, "shallow": shallow, "exposed": exposed,
+                "programs": per_program,
                 "launch": launch, "time": time}
 
     def _l2_bytes(self, s: dict[str, float], programs: float, sms: float) -> float:

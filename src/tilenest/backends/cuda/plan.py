@@ -178,7 +178,8 @@ def _validate_element_grid(plan: CudaPlan, fn: Function) -> None:
                                     "has no root-axis order or grouped traversal")
 
 
-def _largest_tile(fn: Function) -> int:
+def largest_tile(fn: Function) -> int:
+    """Elements of the function's largest tile value."""
     from tilenest.ir.types import TileType
 
     best = 1
@@ -199,7 +200,7 @@ def default_plan(fn: Function) -> CudaPlan:
     rank = min((len(op.domain) for op in root_parallels(fn)), default=0)
     dot = has_op(fn, ops.Mma)
     group_rows = 8 if dot and rank >= 2 else 1
-    elements = _largest_tile(fn)
+    elements = largest_tile(fn)
     warps = 1 if elements <= 256 else 2 if elements <= 1024 else 4 if elements <= 8192 else 8
     window = _max_window(fn)
     from tilenest.backends.cuda.resources import loops_as_loop  # resources sizes plans

@@ -55,11 +55,18 @@ def split_factors(cons: Constraints, site: SplitSite | str, sms: int,
     return [1] + [s for s in SPLITS if site.trips >= 2 * s and programs * s <= 4 * sms]
 
 
+WIDE_BLOCK = 8192  # elements of a CUDA-core block from which 16 warps are offered
+
+
 def launch_points(cons: Constraints, default: CudaPlan, has_loop_loads: bool,
-                  tensor_core: bool) -> tuple[list[int], list[int]]:
-    """The warps and the pipeline stages searched (a fixed control: that value only)."""
+                  tensor_core: bool, largest: int = 0) -> tuple[list[int], list[int]]:
+    """The warps and the pipeline stages searched (a fixed control: that value only).
+    Two to eight warps everywhere; sixteen where no tensor core runs and a block holds at
+    least WIDE_BLOCK elements (16 per thread: a norm's 8192-wide f32 row, whose reductions
+    and elementwise work 16 warps spread thinner)."""
+    offered = WARPS[1:5] if not tensor_core and largest >= WIDE_BLOCK else WARPS[1:4]
     warps = [cons.get("num_warps")] if cons.has("num_warps") else \
-        [default.num_warps] + [w for w in WARPS[1:4] if w != default.num_warps]
+        [default.num_warps] + [w for w in offered if w != default.num_warps]
     if cons.has("num_stages"):
         stages = [cons.get("num_stages")]
     elif has_loop_loads:

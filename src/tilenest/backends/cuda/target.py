@@ -36,6 +36,7 @@ from tilenest.backends.cuda.plan import (
     CudaPlan,
     default_plan,
     has_op,
+    largest_tile,
     root_parallels,
     validate,
 )
@@ -197,7 +198,7 @@ class CudaTargetInfo:
         if self._expansion is not None:
             return self._expansion
         warps, stages = launch_points(self.constraints, self.default, self.has_loop_loads,
-                                      self.tensor_core)
+                                      self.tensor_core, largest_tile(self.fn))
         layouts = operand_layouts(self.fn, self.constraints, self.paddable, self.kmajor,
                                   self.misaligned)
         self._expansion = [(w, st, sk, lay) for lay in layouts
