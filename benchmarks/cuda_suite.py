@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import statistics
 import sys
 import time
@@ -50,9 +51,10 @@ from benchmarks.cuda_cases import (  # noqa: E402
 _THREE_SETS = ("softmax", "layernorm", "rmsnorm", "gqa", "cross_entropy", "embedding")
 
 
-ROUNDS = 3  # contenders timed in interleaved rounds (A B C, A B C, ...): the H200's clocks
+ROUNDS = 6  # contenders timed in interleaved rounds (A B C, C A B, ...): the H200's clocks
 #            drift under sustained GEMM load (the same plan timed 1.56 then 1.74 ms), so
 #            contenders timed one after another would be ranked by when they ran
+REPS = 5  # flushed calls per contender and round
 
 
 def run_case(case: Case, timer: Timer, log: list[str]) -> list[dict[str, Any]]:
@@ -77,14 +79,13 @@ def run_case(case: Case, timer: Timer, log: list[str]) -> list[dict[str, Any]]:
             row["note"] = f"{type(e).__name__}: {str(e)[:300]}"
             log.append(f"{case.name} / {name}: {row['note']}")
     for r in range(ROUNDS):
-        # Each round starts at another contender: the one timed right after the previous
-        # round's last (or the correctness checks) ran 4-6% slow on long compute-bound
-        # cases (flash attention's plain call, first in every round, against the same
-        # plan compiled with fixed constants), so no contender keeps that place.
-        start = r * len(timed) // ROUNDS
-        for row, call, sets, got in timed[start:] + timed[:start]:
+        # Each round in its own (seeded) order: the contender timed right after another's
+        # heavy run can run slow (flash attention's plain call, first in every round or
+        # right after SDPA, measured 4-6% slower than the same plan compiled with fixed
+        # constants), so no contender keeps one place or one predecessor.
+        for row, call, sets, got in random.Random(r).sample(timed, len(timed)):
             try:
-                rounds = timer.device_ms(call, sets, reps=10, warmup=1)
+                rounds = timer.device_ms(call, sets, reps=REPS, warmup=1)
             except Exception as e:
                 row["note"] = f"{type(e).__name__}: {str(e)[:300]}"
                 continue
