@@ -44,7 +44,8 @@ from benchmarks.harness import (
 from benchmarks.report import RESULTS_DIR
 
 BEFORE = {"speed_level": 3, "loop_vectorization": True, "slp_vectorization": True,
-          "loop_unrolling": True, "loop_interleaving": True, "codegen_level": 3}
+          "loop_unrolling": True, "loop_interleaving": True, "codegen_level": 3,
+          "full_unroll_max_count": 0}
 AFTER = {**BEFORE, "speed_level": 2}
 
 

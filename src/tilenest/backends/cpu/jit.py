@@ -136,9 +136,25 @@ def _parse(llvm_ir: str) -> llvm.ModuleRef:
     return mod
 
 
+# LLVM's cap on completely unrolled trip counts as last set in this process (-1: never set).
+# The option is process-wide, so it is set under `_lock` before every optimization whose
+# pipeline wants another value; UINT_MAX is LLVM's default (no cap).
+_full_unroll_cap = -1
+_NO_CAP = (1 << 32) - 1
+
+
+def _set_full_unroll_cap(count: int) -> None:
+    global _full_unroll_cap
+    cap = count if count > 0 else _NO_CAP
+    if cap != _full_unroll_cap:
+        llvm.set_option("tilenest", f"-unroll-full-max-count={cap}")
+        _full_unroll_cap = cap
+
+
 def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, pipeline: Pipeline) -> None:
     if pipeline.speed_level <= 0:
         return
+    _set_full_unroll_cap(pipeline.full_unroll_max_count)
     pto = llvm.create_pipeline_tuning_options(speed_level=pipeline.speed_level)
     pto.loop_vectorization = pipeline.loop_vectorization
     pto.slp_vectorization = pipeline.slp_vectorization
