@@ -2,7 +2,7 @@
 
     PYTHONPATH=src:. python -m benchmarks.calibrate --target cpu|cuda [--quick]
         [--db PATH] [--collect] [--fit] [--budget N] [--profiles DIR]
-    PYTHONPATH=src:. python -m benchmarks.calibrate --target cuda --from-samples FILE
+    PYTHONPATH=src:. python -m benchmarks.calibrate --target cpu|cuda --from-samples FILE
         [--stored-features] [--out NAME]
 
 `--collect` tunes the example kernels over a training set of shapes chosen to excite the
@@ -22,7 +22,8 @@ Never only training error: the fit's own error is listed beside the held-out res
 
 `--from-samples FILE` re-scores a committed samples file offline (no GPU, nothing
 measured): every candidate is planned again by the current planner (its schedule and cost
-features recomputed on the target's facts; `--stored-features` prices the stored ones), then
+features recomputed on the target's facts: for cpu this host's vector width and caches,
+which may not be the samples' host; `--stored-features` prices the stored ones), then
 fitted and judged as `--fit` does; the report is `calibration-<target>-offline-<ts>` (or
 `--out`) and the profile goes to a temporary directory unless `--profiles` names one.
 
@@ -257,7 +258,7 @@ def fit_and_report(target: str, db_path: Path | None, profiles_dir: Path | None,
         "target": target, "device": device, "created": stamp, "quick": quick,
         "machine": machine_info(), "db": str(db_path), "samples_file": samples_path.name,
         "offline": None if offline is None else {
-            "replanned": offline["replanned"], "notes": offline["notes"],
+            "target": target, "replanned": offline["replanned"], "notes": offline["notes"],
             "cost_model": offline["cost_model"]},
         "profile": str(profile_path.relative_to(Path.cwd()) if profile_path.is_relative_to(
             Path.cwd()) else profile_path),
@@ -301,8 +302,8 @@ def _offline_line(offline: dict[str, Any] | None) -> str:
            "each sample priced from its stored cost features")
     notes = f" {len(offline['notes'])} candidates could not be planned again." \
         if offline["notes"] else ""
-    return (f"**Offline re-score** (`--from-samples`, cuda cost model "
-            f"v{offline['cost_model']}): {how}. The measurements are the file's; a model "
+    return (f"**Offline re-score** (`--from-samples`, {offline.get('target', 'cuda')} cost "
+            f"model v{offline['cost_model']}): {how}. The measurements are the file's; a model "
             f"changed after studying them is judged in-sample here, and only a new device "
             f"run checks it.{notes}")
 

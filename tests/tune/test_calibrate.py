@@ -85,7 +85,10 @@ def test_fit_recovers_known_coefficients(priced: list) -> None:
     data = synthetic(priced, CpuCostPolicy(**TRUTH), scale=3e-10)
     train, held = cal.shape_split(data)
     assert held and train and {p.family for p in held} == set(SHAPES)
-    got = cal.fit(train, "cpu", policy_cls=CpuCostPolicy, params=sorted(TRUTH), ridge=0.0)
+    # Every point: exact synthetic times identify each coefficient only with all of them
+    # (the default fit keeps the candidates within NEAR of their key's best).
+    got = cal.fit(train, "cpu", policy_cls=CpuCostPolicy, params=sorted(TRUTH), ridge=0.0,
+                  near=None)
     for name, value in TRUTH.items():
         assert got.coefficients[name] == pytest.approx(value, rel=1e-4), name
     assert got.scale == pytest.approx(3e-10, rel=1e-4)
@@ -99,13 +102,37 @@ def test_fit_recovers_known_coefficients(priced: list) -> None:
 
 def test_held_out_and_leave_one_family_out_report_prior_and_fit(priced: list) -> None:
     data = synthetic(priced, CpuCostPolicy(**TRUTH))
-    shapes = cal.held_out_shapes(data, "cpu", policy_cls=CpuCostPolicy, params=sorted(TRUTH))
+    shapes = cal.held_out_shapes(data, "cpu", policy_cls=CpuCostPolicy, params=sorted(TRUTH),
+                                 near=None)
     assert shapes["calibrated"]["median_regret"] == 0.0
     assert shapes["held_points"] and shapes["train_points"]
     lofo = cal.leave_one_out(data, "cpu", policy_cls=CpuCostPolicy, params=sorted(TRUTH),
                              max_nfev=30)
     assert set(lofo["families"]) == set(SHAPES)
     assert lofo["prior"]["keys"] == lofo["calibrated"]["keys"] == len({p.digest for p in data})
+
+
+def test_the_fit_keeps_the_candidates_near_their_keys_best(priced: list) -> None:
+    """Ranking needs the order among the fast candidates: points measured past NEAR x
+    their key's best stay out of the fit (never out of the held-out judgement)."""
+    data = synthetic(priced, CpuCostPolicy(**TRUTH))
+    slow = [cal.Point(p.digest, p.family, p.shape, p.candidate + " slow", 50.0 * p.measured,
+                      p.priced) for p in data[:3]]
+    kept = cal.near_best(data + slow, cal.NEAR)
+    assert all(p not in kept for p in slow) and all(p in kept for p in data
+                                                    if p.measured <= cal.NEAR * min(
+                                                        q.measured for q in data
+                                                        if q.digest == p.digest))
+    assert cal.fit(data + slow, "cpu", policy_cls=CpuCostPolicy, params=("block",),
+                   max_nfev=5).points == len(kept)
+
+
+def test_the_solver_also_starts_with_fractions_halved() -> None:
+    starts = cal._starts("cpu", ("block", "parallel"), {"block": 128.0, "parallel": 1.0},
+                         [0.0, 0.0, 0.0])
+    assert starts[0] == [0.0, 0.0, 0.0]
+    assert starts[1] == [0.0, 0.0, math.log(0.5)]
+    assert cal._starts("cpu", ("block",), {"block": 128.0}, [0.0, 0.0]) == [[0.0, 0.0]]
 
 
 def test_coefficients_stay_finite_and_non_negative(priced: list) -> None:

@@ -26,12 +26,19 @@ extended with the terms that price tile shapes (issue 9):
   1 - prefetch_streams / streams of the rows is cold: every cold row chunk pays a restart
   (`cold_row`, the demand misses before a prefetcher locks on again), and each of its lines
   pays `cold_line` scaled by how much shorter than a page the chunk is (a chunk of a whole
-  page or more streams on). Only phases whose bytes exceed L2 pay it: the share of their
-  footprint past the last-level cache in full, the share served by L3 at `l3_stream` (the
-  regret benchmark's cache-warm 1024x1024 cases lost 1.35x at 48 streams, where streaming
-  from memory lost 2x); not `mma` phases (their operands are packed and re-read from
-  cache: the cache and register terms price them). Measured
-  on a 2-core znver3 (swiglu and gelu_residual 2048x4096, interleaved medians, rotating
+  page or more streams on). The share of a phase's footprint past the last-level cache
+  pays it in full, the rest at `l3_stream` (the regret benchmark's cache-warm 1024x1024
+  cases lost 1.35x at 48 streams, where streaming from memory lost 2x), however small the
+  footprint: until cost model 4 a footprint within L2 paid nothing, but the tuner's and
+  the benchmarks' inputs rotate over twice the LLC (tune/measure.py), so a launch's rows
+  come from memory whatever its size, and rope 1024x2x32's (BT, 16) tiles of 64-byte rows
+  (4 BT + 2 streams, 0.8 MiB in all) measured BT=8 the fastest on two hosts, by 1.33x
+  (Sapphire Rapids, 20261202T151936) and 2.8x (znver4, 20261203T074702), where the model,
+  blind below L2, ranked it 10th-12th of 14 on dispatch (at 256x4x64, rows of 128 bytes,
+  the measurements disagree: BT=8 the best in two collects, 1.16x in a third, and 1.35x
+  slower than BT=64 in a direct single-thread run); not `mma` phases (their operands are
+  packed and re-read from cache: the cache and register terms price them). Measured on a
+  2-core znver3 (swiglu and gelu_residual 2048x4096, interleaved medians, rotating
   inputs over the LLC, 1 and 2 threads): 3 to 12 streams per tile ran within 1.4x of the
   best, 24 to 192 at 1.3x to 4.6x, worse for shorter chunks; rows of a whole page
   (softmax and the norms at N=1024) lose <= 11% at 16-32 streams. The coefficients are a
@@ -41,6 +48,20 @@ extended with the terms that price tile shapes (issue 9):
   The same term charges tiles the codegen unrolls element by element (no larger than
   CpuPlan's `max_unrolled_tile_elements`, 64): their arithmetic as if scalar (x width,
   `unrolled`); measured 2-6x slower than 128-element tiles for swiglu and gelu_residual.
+- `stream` also charges the restarts of a root order that is not row-major (`restart`
+  per row stream of each packet, on the share of the phase's footprint past L2; not `mma`
+  phases, not program-per-lane): the programs adjacent in the launch are then not adjacent
+  in memory (with row-major tensors and grids, the usual case: the last root axis walks
+  the contiguous one), so each program's rows begin where no prefetcher is running. The
+  model priced both orders the same, and ties broke by record order. Measured in the
+  tuner's samples (interleaved medians, rotating inputs; BM=1 rows of BN=512-1024 f32, 3
+  streams): gelu_residual 64x4096 (1, 0) 1.19x slower than (0, 1) on a 2-core Sapphire
+  Rapids (20261202T151936), 1.52x on a 2-core znver4 (20261203T074702); swiglu 256x2048
+  1.45-1.70x and 1.52-1.83x; rope 256x4x64 1.04x. Where the last axis has one program
+  (BN = N) the orders run the same sequence and measured the same: the features do not
+  carry the grid's extents, so the term charges those too (a tie broken the other way).
+  256 per stream (~30-80 ns, a demand miss before the prefetcher locks on) is a rough
+  reading of those ratios: relative work, uncalibrated elsewhere.
 - `dispatch` also charges a fixed overhead per packet (program prologue, tile addressing),
   so tiny tiles pay for their count; `imbalance` charges the critical path's excess at the
   full per-packet cost, cache and register terms included.
@@ -78,7 +99,7 @@ SEED_WEIGHTS: dict[str, float] = {"arithmetic": 1.0, "broadcast": 1.0, "contiguo
 SHAPE_WEIGHTS: dict[str, float] = {"register": 1.0, "spill": 2.0, "l2_line": 2.0,
                                    "l3_line": 8.0, "packet": 16.0, "prefetch_streams": 4.0,
                                    "cold_row": 54.0, "cold_line": 3.0, "l3_stream": 0.4,
-                                   "unrolled": 1.0, "pass_line": 1.0}
+                                   "unrolled": 1.0, "pass_line": 1.0, "restart": 256.0}
 # Launch terms the seed prior leaves at 0 or implicit, given positive priors so that
 # calibration can move them (a multiplicative fit cannot move a 0):
 # - `task`: a worker claims each task of its home chunks (an atomic on a line the workers
@@ -177,10 +198,12 @@ class CpuCostPolicy(CostPolicy):
             * (w_l2_line * miss(L1) + w_l3_line * miss(L2)),
             miss(S) = max(0, 1 - S / working set)
         t = cold * (w_cold_row * streams + w_cold_line * stream lines * short)
-            * (w_l3_stream * share served by L3 + share past the LLC)  (mma phases: 0)
+            * (w_l3_stream * share the LLC holds + share past the LLC)  (mma phases: 0)
             cold = max(0, 1 - w_prefetch_streams / streams),
             short = max(0, 1 - stream bytes / streams / page)
           + w_unrolled * arithmetic * (width - 1)   (tiles of <= 64 elements, no mma)
+          + w_restart * streams * max(0, 1 - L2 / footprint)
+                                     (root order not row-major; no mma, not per-lane)
         arithmetic = a * Q / h     memory = m * Q / h     register = r * Q / h
         cache      = c * Q / h        stream = t * Q / h
         dispatch   = w_block * critical_blocks + w_packet * critical_packets
@@ -227,13 +250,25 @@ class CpuCostPolicy(CostPolicy):
             return 0.0
         cold = max(0.0, 1.0 - w["prefetch_streams"] / streams)
         footprint = ph.stream_bytes * ph.packets
-        if cold <= 0 or footprint <= self.l2:
+        if cold <= 0 or footprint <= 0:
             return 0.0
         past_llc = max(0.0, 1.0 - self.llc / footprint)
-        served = w["l3_stream"] * (1.0 - self.l2 / footprint - past_llc) + past_llc
+        served = w["l3_stream"] * (1.0 - past_llc) + past_llc
         short = max(0.0, 1.0 - ph.stream_bytes / streams / PAGE_BYTES)
         lines = ph.stream_bytes / LINE_BYTES
         return cold * (w["cold_row"] * streams + w["cold_line"] * lines * short) * served
+
+    def _restarts(self, ph: Any, order: tuple[int, ...]) -> float:
+        """o: one packet's stream restarts under a root order that is not row-major (the
+        programs along the last root axis, neighbours in memory, are not the innermost):
+        each program's rows then start away from where the previous program's ended, and
+        every stream restarts its prefetcher, on the share of the footprint past L2."""
+        if ph.mma_tiles or ph.streams <= 0 or list(order) == sorted(order):
+            return 0.0
+        footprint = ph.stream_bytes * ph.packets
+        if footprint <= self.l2:
+            return 0.0
+        return self.weights["restart"] * ph.streams * (1.0 - self.l2 / footprint)
 
     def _unrolled(self, ph: Any, width: int) -> float:
         """u: the extra arithmetic of a packet whose tiles the codegen unrolls element by
@@ -284,7 +319,8 @@ class CpuCostPolicy(CostPolicy):
         totals = dict.fromkeys(TERMS, 0.0)
         for ph, s in zip(work.work.phases, work.schedule, strict=True):
             a, m, r, c = self._per_packet(ph, s, width, per_lane, atom)
-            t = self._streams(ph) + self._unrolled(ph, width)
+            t = (self._streams(ph) + self._unrolled(ph, width)
+                 + (0.0 if per_lane else self._restarts(ph, work.work.root_axis_order)))
             q, h = s["packets"], s["workers"]
             slow = 1.0 / self._speed(h)  # the slowest worker's time per unit of work
             totals["arithmetic"] += a * q / h * slow
