@@ -409,3 +409,24 @@ def test_lang_imports_nothing_above_ir() -> None:
 
 def test_lang_does_not_load_config() -> None:
     assert "tilenest.config" not in _lang_modules()
+
+
+def test_tunable_search_verifies_only_the_assignments_it_plans_in_full() -> None:
+    """A bound-only planner run prices an assignment's captured IR without running it: that
+    IR stays unverified (kept in `_unverified`); every IR planned in full, and so the one
+    the call runs, is verified first (`_functions`)."""
+    from tilenest.examples.gemm import gemm
+
+    kern = tn.kernel(gemm.fn)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 48)).astype(np.float32)
+    b = rng.standard_normal((48, 40)).astype(np.float32)
+    c = np.full((64, 40), np.nan, np.float32)
+    ck = kern.compile(a, b, c, target="cpu")
+    assert kern._functions and kern._unverified  # some bound only, some planned in full
+    assert not set(kern._functions) & set(kern._unverified)
+    chosen = {k: ck.constants[k] for k in kern.tunables}
+    assert any({item[0]: item[-1] for item in key[1]}.items() >= chosen.items()
+               for key in kern._functions)
+    ck(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)

@@ -306,7 +306,7 @@ class Kernel:
         each full planner run cached per key."""
         from tilenest.backends.registry import planner
         from tilenest.plan.search import BOUND_ONLY
-        from tilenest.plan.tunables import search_tunables
+        from tilenest.plan.tunables import BOUNDED, search_tunables
 
         plan_one = planner(tgt)
         assert plan_one is not None
@@ -333,8 +333,17 @@ class Kernel:
                 got = self._plans.get(((key[0], _consts_key(resolved)), tgt, optkey))
                 if got is not None:
                     return got
-                fn = self._function(tensors, key[0], resolved, opts)
-                return _Planned(fn, plan_one(fn, {**options, BOUND_ONLY: level}))
+                # Captured, not verified: a bound-only run's IR is never executed; the
+                # IR of any run that plans in full is verified before it is used.
+                fn = self._function(tensors, key[0], resolved, opts, verified=False)
+                try:
+                    planned = plan_one(fn, {**options, BOUND_ONLY: level})
+                except Exception:
+                    self._function(tensors, key[0], resolved, opts)  # an invalid IR's error
+                    raise
+                if planned[0].status != BOUNDED:  # a final result: this IR planned in full
+                    fn = self._function(tensors, key[0], resolved, opts)
+                return _Planned(fn, planned)
             return run
 
         return search_tunables(declared, fixed, evaluate, bounds=(bound(1), bound(2)))
