@@ -128,11 +128,10 @@ def test_the_fit_keeps_the_candidates_near_their_keys_best(priced: list) -> None
 
 
 def test_the_solver_also_starts_with_fractions_halved() -> None:
-    starts = cal._starts("cpu", ("block", "parallel"), {"block": 128.0, "parallel": 1.0},
-                         [0.0, 0.0, 0.0])
+    starts = cal._starts("cpu", ("block", "parallel"), [0.0, 0.0, 0.0])
     assert starts[0] == [0.0, 0.0, 0.0]
     assert starts[1] == [0.0, 0.0, math.log(0.5)]
-    assert cal._starts("cpu", ("block",), {"block": 128.0}, [0.0, 0.0]) == [[0.0, 0.0]]
+    assert cal._starts("cpu", ("block",), [0.0, 0.0]) == [[0.0, 0.0]]
 
 
 def test_coefficients_stay_finite_and_non_negative(priced: list) -> None:

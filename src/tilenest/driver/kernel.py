@@ -412,9 +412,7 @@ class Kernel:
             if name in OPTION_NAMES:
                 if kind not in _SCALAR_CONSTANTS and not _frozen_record(value):
                     return None
-                out.append((name, kind, value.hex() if kind is float else value))
-                continue
-            if name not in self.const_params or kind not in _SCALAR_CONSTANTS:
+            elif name not in self.const_params or kind not in _SCALAR_CONSTANTS:
                 return None
             out.append((name, kind, value.hex() if kind is float else value))
         if len(out) > 1:

@@ -150,8 +150,7 @@ def near_best(data: Sequence[Point], near: float) -> list[Point]:
     return [p for p in data if p.measured <= near * best[p.digest]]
 
 
-def _starts(target: str, names: Sequence[str], prior: Mapping[str, float],
-            x0: list[float]) -> list[list[float]]:
+def _starts(target: str, names: Sequence[str], x0: list[float]) -> list[list[float]]:
     """Where the solver starts: at the prior, and (when some fitted coefficient is a
     fraction) with every fraction at half its prior. The objective is not convex: a
     fraction that scales work (cpu `parallel`) and a constant per launch (`activation`)
@@ -270,7 +269,7 @@ def fit(samples: Iterable[Any], target: str, *, policy_cls: Callable[..., Any],
     if names:
         solve = _least_squares()
         best = None
-        for x_start in _starts(target, names, base, x0):
+        for x_start in _starts(target, names, x0):
             solved = solve(residuals, x_start, bounds=([-745.0] + lo, [709.0] + hi),
                            method="trf", x_scale=1.0, max_nfev=max_nfev, loss=loss,
                            f_scale=F_SCALE)
