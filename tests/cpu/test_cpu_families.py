@@ -145,9 +145,9 @@ def test_nontemporal_family_listed_for_stores() -> None:
 
 
 def test_size_rule_streams_long_rows_of_tensors_larger_than_the_llc() -> None:
-    from tilenest.backends.cpu.caches import last_level_cache_bytes
+    from tilenest.backends.cpu.caches import llc_share_bytes
 
-    rows = last_level_cache_bytes() // (4096 * 4) + 8
+    rows = llc_share_bytes() // (4096 * 4) + 8
     big = np.zeros((rows, 4096), np.float32)  # calloc'd: never touched by lowering
     long_rows = lower_function(_ir(_softmax_rows, big, big, N=4096), CpuPlan(), 256,
                                assume_no_alias=True).llvm_ir
@@ -172,9 +172,9 @@ def _tanh_add(X, R, Y, *, BM=4, BN=64):
 
 
 def test_first_reads_of_dram_sized_tensors_are_not_interleaved() -> None:
-    from tilenest.backends.cpu.caches import last_level_cache_bytes
+    from tilenest.backends.cpu.caches import llc_share_bytes
 
-    rows = last_level_cache_bytes() // (4096 * 4) + 8
+    rows = llc_share_bytes() // (4096 * 4) + 8
     big = np.zeros((rows, 4096), np.float32)
     plan = CpuPlan(math_interleave=4)
     # Each input tile is read once, by the math loop: a DRAM stream.
@@ -184,3 +184,22 @@ def test_first_reads_of_dram_sized_tensors_are_not_interleaved() -> None:
     warm = lower_function(_ir(_softmax_rows, big, big, N=4096), plan, 256,
                           assume_no_alias=True)
     assert _loop_hints(warm.llvm_ir)
+
+
+def test_llc_share_is_the_cache_or_a_few_mib_per_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tilenest.backends.cpu import caches
+
+    def share(llc: int, cpus: int) -> int:
+        caches.llc_share_bytes.cache_clear()
+        monkeypatch.setattr(caches, "last_level_cache_bytes", lambda: llc)
+        monkeypatch.setattr(caches.os, "sched_getaffinity", lambda pid: set(range(cpus)))
+        return caches.llc_share_bytes()
+
+    try:
+        # A 2-vCPU slice of a host with a 480 MiB L3 counts on 8 MiB of it ...
+        assert share(480 << 20, 2) == 2 * caches.LLC_SHARE_PER_CPU
+        # ... a desktop process that may run on all 8 cores on its whole 16 MiB.
+        assert share(16 << 20, 8) == 16 << 20
+        assert share(32 << 20, 1) == caches.LLC_SHARE_PER_CPU
+    finally:
+        caches.llc_share_bytes.cache_clear()

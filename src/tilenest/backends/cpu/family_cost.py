@@ -23,9 +23,10 @@ benchmarks/results/cpu-issue9-families-*.md for the planner's pick against every
   (emitter.py); the price does not see that, and needs not: there every value is the same.
 - `nontemporal_stores`, per element of each store: False pays the read-for-ownership of
   every output line that the last-level cache cannot hold (`rfo` x the share of the output
-  tensor past the LLC); True pays the staging copy through L1 (`stage`), plus the loss of
-  write combining on row pieces shorter than a page (`short_row` x (1 - row bytes / 4096):
-  rows of 1 KiB ran 0.68x, 512 B 0.5x), or, where the staged path cannot take the store
+  tensor past the process's share of the LLC, `caches.llc_share_bytes`); True pays the
+  staging copy through L1 (`stage`), plus the loss of write combining on row pieces
+  shorter than a page (`short_row` x (1 - row bytes / 4096): rows of 1 KiB ran 0.68x,
+  512 B 0.5x), or, where the staged path cannot take the store
   (half types, strided rows), scalar non-temporal stores (`scalar_nt`); None pays what its
   size rule does.
 - `fuse_reductions`, per element of each fusable axis reduction's input
@@ -51,7 +52,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tilenest.analysis.trips import Trips, trip_counts
-from tilenest.backends.cpu.caches import last_level_cache_bytes
+from tilenest.backends.cpu.caches import llc_share_bytes
 from tilenest.backends.cpu.vecmath import body_stats
 from tilenest.errors import ArgumentError
 from tilenest.ir import ops
@@ -81,7 +82,7 @@ class HostShape:
 
     @classmethod
     def of(cls, vector_bits: int) -> HostShape:
-        return cls(vector_bits, last_level_cache_bytes())
+        return cls(vector_bits, llc_share_bytes())
 
 
 def _elements(shape: tuple) -> int:

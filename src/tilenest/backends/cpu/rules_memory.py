@@ -19,7 +19,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from tilenest.backends.cpu import scalars as sc
-from tilenest.backends.cpu.caches import last_level_cache_bytes
+from tilenest.backends.cpu.caches import llc_share_bytes
 from tilenest.backends.cpu.emitter import Emitter, c64
 from tilenest.backends.cpu.reprs import Arr, Idx, Tile
 from tilenest.backends.cpu.rules import lowering
@@ -124,7 +124,7 @@ def _load(em: Emitter, op: ops.Load) -> None:
     if region.proven and region.uniform and em.facts.may_stream(op):
         view = region.memory_view(None)
         view.cold = (len(em.facts.uses.users(op.result)) == 1
-                     and tensor_bytes(region.tensor) > last_level_cache_bytes())
+                     and tensor_bytes(region.tensor) > llc_share_bytes())
         em.env[op.result] = view
         return
     dst = em.new_array(t.dtype, t.shape, region.uniform, owner=op.result)
@@ -333,7 +333,7 @@ def _streams(em: Emitter, region: Region) -> bool:
     tensor = region.tensor
     if choice is False or not region.kept or em.facts.vector_bits < 128:
         return False
-    if choice is None and (tensor_bytes(tensor) <= last_level_cache_bytes() or region.extents[-1]
+    if choice is None and (tensor_bytes(tensor) <= llc_share_bytes() or region.extents[-1]
                            * max(1, tensor.dtype.bits // 8) < STREAM_MIN_ROW_BYTES):
         return False
     dtype = tensor.dtype
