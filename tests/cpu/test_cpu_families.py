@@ -203,3 +203,16 @@ def test_llc_share_is_the_cache_or_a_few_mib_per_cpu(monkeypatch: pytest.MonkeyP
         assert share(32 << 20, 1) == caches.LLC_SHARE_PER_CPU
     finally:
         caches.llc_share_bytes.cache_clear()
+
+
+def test_contiguous_run_counts_whole_adjacent_rows() -> None:
+    from tilenest.backends.cpu.family_cost import contiguous_run_bytes
+    from tilenest.ir.types import TensorType
+
+    t = TensorType(tn.f32, (8192, 1024), (1024, 1))
+    assert contiguous_run_bytes((8, 1024), t) == 8 * 4096  # 8 whole rows: one 32 KiB piece
+    assert contiguous_run_bytes((8, 512), t) == 2048       # half rows: 2 KiB pieces
+    assert contiguous_run_bytes((None, 1024), t) == 4096   # one row, indexed away
+    padded = TensorType(tn.f32, (8192, 1024), (1040, 1))   # a row pitch past the row
+    assert contiguous_run_bytes((8, 1024), padded) == 4096
+    assert contiguous_run_bytes((8, 1), TensorType(tn.f32, (8192, 1024), (1, 8192))) == 4

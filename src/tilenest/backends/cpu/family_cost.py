@@ -24,9 +24,9 @@ benchmarks/results/cpu-issue9-families-*.md for the planner's pick against every
 - `nontemporal_stores`, per element of each store: False pays the read-for-ownership of
   every output line that the last-level cache cannot hold (`rfo` x the share of the output
   tensor past the process's share of the LLC, `caches.llc_share_bytes`); True pays the
-  staging copy through L1 (`stage`), plus the loss of write combining on row pieces
-  shorter than a page (`short_row` x (1 - row bytes / 4096): rows of 1 KiB ran 0.68x,
-  512 B 0.5x), or, where the staged path cannot take the store
+  staging copy through L1 (`stage`), plus the loss on tiles that write short pieces
+  (`short_row` x (1 - run / 8 KiB), the run: `contiguous_run_bytes`; 4 KiB pieces ran
+  0.83-0.93x, 1 KiB rows 0.68x, 512 B 0.5x), or, where the staged path cannot take the store
   (half types, strided rows), scalar non-temporal stores (`scalar_nt`); None pays what its
   size rule does.
 - `fuse_reductions`, per element of each fusable axis reduction's input
@@ -63,8 +63,29 @@ FAMILY_WEIGHTS: dict[str, float] = {"issue": 4.0, "latency": 3.0, "overlap": 2.0
                                     "spill": 1.0, "rfo": 1.0, "stage": 0.1, "short_row": 2.0,
                                     "scalar_nt": 4.0, "reduce_pass": 1.0, "fused_fold": 0.5,
                                     "fused_spilled": 1.5}
-PAGE_BYTES = 4096
-STREAM_MIN_ROW_BYTES = 4096  # rules_memory.STREAM_MIN_ROW_BYTES (the size rule)
+# The size rule (rules_memory._streams) streams only tiles that write at least this many
+# bytes without a gap (`contiguous_run_bytes`). Measured on a 2-vCPU Xeon VM (AVX-512, 2
+# threads, 4096x4096 f32 outputs): softmax tiles of 2 rows of 16 KiB and of 8 whole rows of
+# 4 KiB 1.13-1.20x faster non-temporal; swiglu and gelu tiles of 1x1024 (4 KiB pieces of
+# 16 KiB rows) 0.83x and 0.93x. On znver3, rows of 1 KiB ran 0.68x, of 512 B 0.5x.
+STREAM_MIN_RUN_BYTES = 8192
+
+
+def contiguous_run_bytes(shape: tuple, tensor: TensorType) -> int:
+    """Bytes one tile writes without a gap: its last row piece, times the rows before it as
+    long as each spans the tensor's whole row and the rows are adjacent in memory (`shape`:
+    the tile's extent per tensor dimension, None where a dimension is indexed away)."""
+    size = max(1, tensor.dtype.bits // 8)
+    ext = [1 if e is None else e for e in shape]
+    if not ext or tensor.strides[-1] != 1:
+        return size
+    run = ext[-1] * size
+    for i in range(len(ext) - 1, 0, -1):
+        adjacent = tensor.strides[i - 1] == tensor.shape[i] * tensor.strides[i]
+        if ext[i] != tensor.shape[i] or not adjacent:
+            break
+        run *= ext[i - 1]
+    return run
 # The ops lowered to a vecmath call; each calls the vecmath function of its own name.
 MATH_OPS = (ops.Exp, ops.Log, ops.Tanh, ops.Sigmoid)
 
@@ -171,16 +192,16 @@ def store_price(op: ops.Store, choice: bool | None, host: HostShape, w: Mapping[
     tensor = op.tensor_type
     assert isinstance(tensor, TensorType)
     shape = op.shape
-    kept = [e for e in shape if e is not None]
-    row_bytes = (kept[-1] if kept else 1) * max(1, tensor.dtype.bits // 8)
     size = _tensor_bytes(tensor)
     if choice is None:  # the size rule of rules_memory._streams
-        choice = size > host.llc_bytes and row_bytes >= STREAM_MIN_ROW_BYTES
+        choice = (size > host.llc_bytes
+                  and contiguous_run_bytes(shape, tensor) >= STREAM_MIN_RUN_BYTES)
     if not choice:  # an empty tensor stores nothing (and has no read-for-ownership)
         return w["rfo"] * max(0.0, 1.0 - host.llc_bytes / size) if size else 0.0
     if not _streamable(op, host):
         return w["scalar_nt"]
-    return w["stage"] + w["short_row"] * max(0.0, 1.0 - row_bytes / PAGE_BYTES)
+    run = contiguous_run_bytes(shape, tensor)
+    return w["stage"] + w["short_row"] * max(0.0, 1.0 - run / STREAM_MIN_RUN_BYTES)
 
 
 def _nontemporal_stores(fn: Function, value: object, host: HostShape,

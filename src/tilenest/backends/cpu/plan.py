@@ -33,8 +33,8 @@ class CpuPlan:
     fuse_elementwise: bool = True    # single-use pure producers fuse into their consumer
     stream_loads: bool = True        # loads without later aliasing stores read in place
     # Stores to tensors bypass the cache (staged rows, aligned vector non-temporal stores):
-    # True / False force it; None streams tensors larger than the last-level cache when the
-    # tile's rows are >= 4 KiB (rules_memory.STREAM_MIN_ROW_BYTES: measured).
+    # True / False force it; None streams tensors larger than the process's share of the
+    # last-level cache when the tile writes >= 8 KiB without a gap (family_cost: measured).
     nontemporal_stores: bool | None = None
     matrix_atom: str = "microkernel"  # "ordered" loop nest, or register-blocked "microkernel"
     microkernel_rows: int = 0        # MR: output rows of the register block (0: fit registers)

@@ -21,6 +21,7 @@ from llvmlite import ir
 from tilenest.backends.cpu import scalars as sc
 from tilenest.backends.cpu.caches import llc_share_bytes
 from tilenest.backends.cpu.emitter import Emitter, c64
+from tilenest.backends.cpu.family_cost import STREAM_MIN_RUN_BYTES, contiguous_run_bytes
 from tilenest.backends.cpu.reprs import Arr, Idx, Tile
 from tilenest.backends.cpu.rules import lowering
 from tilenest.ir import ops
@@ -317,24 +318,20 @@ def _store(em: Emitter, op: ops.Store) -> None:
 
 # Elements of one staging chunk (16 KiB of f32: stays in L1 next to the inputs it reads).
 STAGE_ELEMENTS = 4096
-# The size rule streams only tiles whose rows are at least this long in memory. Measured on
-# znver3 (2 threads, 4096x4096 f32, outputs 2x the LLC): rows of 16 KiB 1.10-1.14x faster
-# with non-temporal stores (softmax, a copy with 1x4096 tiles); rows of 1 KiB (8x256 copy
-# tiles) 0.68x, of 512 B (32x128) 0.5x: short row pieces defeat write combining.
-STREAM_MIN_ROW_BYTES = 4096
 
 
 def _streams(em: Emitter, region: Region) -> bool:
     """Whether this store takes the staged non-temporal path: the plan asks for it (or
-    leaves it to the size rule: the tensor is larger than the last-level cache and the
-    tile's rows are at least `STREAM_MIN_ROW_BYTES` long), the rows are contiguous in
+    leaves it to the size rule: the tensor is larger than the process's share of the
+    last-level cache and the tile writes at least `family_cost.STREAM_MIN_RUN_BYTES` without
+    a gap), the rows are contiguous in
     memory, the element is a 4- or 8-byte register type, and a row holds a whole vector."""
     choice = em.plan.nontemporal_stores
     tensor = region.tensor
     if choice is False or not region.kept or em.facts.vector_bits < 128:
         return False
-    if choice is None and (tensor_bytes(tensor) <= llc_share_bytes() or region.extents[-1]
-                           * max(1, tensor.dtype.bits // 8) < STREAM_MIN_ROW_BYTES):
+    if choice is None and (tensor_bytes(tensor) <= llc_share_bytes() or contiguous_run_bytes(
+            region.shape, tensor) < STREAM_MIN_RUN_BYTES):
         return False
     dtype = tensor.dtype
     if dtype.is_bool or dtype.name in ("f16", "bf16") or dtype.bits not in (32, 64):
