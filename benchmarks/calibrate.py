@@ -119,7 +119,9 @@ def _args(example: Any, shape: dict[str, int], target: str) -> list[Any]:
     from tilenest.examples.common import Case
 
     lib = "torch" if target == "cuda" else "numpy"
-    args = example.prepare(np.random.default_rng(0), Case(shape), DTYPES[target], lib).args
+    # The target's calibration dtype where the example declares it, else its own first.
+    dtype = DTYPES[target] if DTYPES[target] in example.dtypes else example.dtypes[0]
+    args = example.prepare(np.random.default_rng(0), Case(shape), dtype, lib).args
     if target == "cuda":
         args = [a.cuda() if hasattr(a, "cuda") else a for a in args]
     return args
