@@ -19,11 +19,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tilenest.plan.cost import CostPolicy
-from tilenest.plan.records import Admission, Candidate, RejectionCategory
+from tilenest.plan.records import Admission, Candidate
 from tilenest.plan.strategies.space import Space, root_rank
 
 if TYPE_CHECKING:
-    from tilenest.backends.cuda.plan import CudaPlan
     from tilenest.backends.cuda.target import CudaTargetInfo
 
 Traversal = tuple[tuple[int, ...] | None, int, int]  # root_axis_order, group rows, columns
@@ -56,7 +55,7 @@ def _traversal_groups(info: CudaTargetInfo, space: Space
         b = base.binding
         if rank is not None and sorted(b.root_axis_order) != list(range(rank)):
             continue  # the planner's semantic check of the order
-        if not info.offered(base) or not info.expansion_count(base):
+        if not info.expansion_count(base):  # 0 where `expand` does not offer the base
             continue
         fields = info.traversal_fields(b)
         if _refused(lambda f=fields: info.fields_refusal(*f)):
@@ -66,36 +65,20 @@ def _traversal_groups(info: CudaTargetInfo, space: Space
     return groups
 
 
-def _realized(info: CudaTargetInfo, c: Candidate) -> CudaPlan | None:
-    """The candidate's plan, or None where realizing it fails (the planner's geometry hook
-    realizes it, so a failure there rejects)."""
-    try:
-        return info.realize(c)
-    except Exception:  # noqa: BLE001 - as `_refused`: a failing check rejects
-        return None
-
-
-def _resource_refusal(info: CudaTargetInfo, c: Candidate, plan: CudaPlan) -> Admission | None:
-    """The planner's resource step: the demand (raises `Admission` over the device's
-    limits) and the backend budget."""
-    over = info.resource_limits(c).violation(info.plan_resources(plan))
-    return None if over is None else Admission(RejectionCategory.RESOURCE, "snapshot budget",
-                                               over)
-
-
 def lower_bound(info: CudaTargetInfo, policy: CostPolicy, space: Space) -> float | None:
     """The least total any admitted candidate of `space` can have under `policy`, or None
-    (the policy has no `floor`, or nothing passes the checks)."""
+    (the policy has no `floor`, or nothing passes the checks). Per group it visits the plans
+    of the launch configurations `expand` would yield (`launch_plans`: no candidates built)
+    and keeps those the resource step and the launch validation admit (`launch_admitted`,
+    memoized per launch configuration)."""
     floor = getattr(policy, "floor", None)
     if floor is None or space.exp_off is None or space.size == 0:
         return None
     lowest: float | None = None
     for base, traversals in _traversal_groups(info, space).values():
         least: dict[int, tuple[float, ...]] = {}
-        for c in info.expand(base):
-            plan = _realized(info, c)  # realized inside the planner's geometry hook too
-            if plan is None or _refused(lambda p=plan: info.launch_refusal(p)) or _refused(
-                    lambda p=plan, c=c: _resource_refusal(info, c, p)):
+        for plan in info.launch_plans(base):  # as the planner's geometry hook realizes
+            if plan is None or not info.launch_admitted(plan):
                 continue
             launch = info.launch_schedule(plan)
             slots = info.wave_slots(launch)

@@ -150,6 +150,9 @@ H200_RATES: dict[str, float] = {
 FMA_READS = 4.74
 TERMS = ("memory", "l2", "dot", "misaligned", "k_strided", "vector", "step", "wave_tail",
          "latency", "shallow", "exposed", "programs", "launch", "copy")
+PHASE_TERMS = ("memory", "l2", "dot", "misaligned", "k_strided", "vector", "step",
+               "wave_tail", "latency", "shallow", "exposed", "programs", "launch", "time")
+"""What `GpuCostPolicy.phase` returns, in order: the terms, then the phase's time."""
 UNIT = "model seconds on the target's facts (relative until calibrated)"
 
 
@@ -244,6 +247,10 @@ class GpuCostPolicy(CostPolicy):
 
     def phase(self, s: Mapping[str, float]) -> dict[str, float]:
         """The terms of one phase and its time under `total`."""
+        return dict(zip(PHASE_TERMS, self._phase(s), strict=True))
+
+    def _phase(self, s: Mapping[str, float]) -> tuple[float, ...]:
+        """`phase` as a tuple in `PHASE_TERMS` order (the floor reads the time alone)."""
         w = self.weights
         bw = max(w["bandwidth"], 1e-30)
         sms = max(1.0, s["sms"])
@@ -323,11 +330,8 @@ class GpuCostPolicy(CostPolicy):
         bound = top * math.fsum((x / top) ** p for x in (throughput, latency, memory)) ** (
             1.0 / p) if top > 0 else 0.0
         time = bound + shallow + exposed + per_program + launch
-        return {"memory": memory, "l2": l2, "dot": dot, "misaligned": misaligned,
-                "k_strided": strided, "vector": vector, "step": step, "wave_tail": tail,
-                "latency": latency, "shallow": shallow, "exposed": exposed,
-                "programs": per_program,
-                "launch": launch, "time": time}
+        return (memory, l2, dot, misaligned, strided, vector, step, tail, latency, shallow,
+                exposed, per_program, launch, time)
 
     def _l2_bytes(self, s: dict[str, float], programs: float, sms: float) -> float:
         """Operand bytes into the SMs: `bytes`, less the program-invariant loads after each
@@ -354,16 +358,26 @@ class GpuCostPolicy(CostPolicy):
         (more shared bytes than bytes): there the share would lower the total."""
         if any(s["bytes"] < s.get("shared_bytes", 0.0) for s in schedule):
             return None
-        return self._evaluate(ScheduledWork(None, schedule)).total  # type: ignore[arg-type]
+        return self._total(schedule)
+
+    def _total(self, schedule: tuple[Mapping[str, float], ...]) -> float:
+        """`_evaluate`'s total alone: the same sums in the same order, without the terms."""
+        w = self.weights
+        total = copy = 0.0
+        for s in schedule:
+            total += self._phase(s)[-1]
+            copy += s.get("copy_bytes", 0.0) / max(w["bandwidth"], 1e-30) \
+                + s.get("copies", 0.0) * w["launch_s"]
+        return total + copy
 
     def _evaluate(self, work: ScheduledWork) -> CostBreakdown:
         w = self.weights
         terms = dict.fromkeys(TERMS, 0.0)
         total = 0.0
         for s in work.schedule:
-            got = self.phase(s)
-            total += got.pop("time")
-            for name, v in got.items():
+            got = self._phase(s)
+            total += got[-1]
+            for name, v in zip(PHASE_TERMS[:-1], got, strict=False):
                 terms[name] += v
             terms["copy"] += s.get("copy_bytes", 0.0) / max(w["bandwidth"], 1e-30) \
                 + s.get("copies", 0.0) * w["launch_s"]

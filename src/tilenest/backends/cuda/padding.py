@@ -27,12 +27,13 @@ load of the tensor uses one fill value. Anything else is not offered (fail close
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tilenest.analysis.uses import UseInfo
 from tilenest.ir import ops
-from tilenest.ir.core import Function, Value
+from tilenest.ir.core import Function, Op, Value
 from tilenest.ir.ops import mma_roles
 from tilenest.ir.types import TensorType, TileType
 
@@ -71,10 +72,12 @@ def rows_aligned(t: TensorType) -> bool:
     return all((t.strides[a] * item) % ALIGN_BYTES == 0 for a in axes if a != unit[0])
 
 
-def _mma_loads(fn: Function) -> dict[Value, list[ops.Load]]:
-    """Tensor params whose loads feed an `mma` operand directly."""
+def _mma_loads(fn: Function, walked: Sequence[Op] | None = None
+               ) -> dict[Value, list[ops.Load]]:
+    """Tensor params whose loads feed an `mma` operand directly (`walked`: `fn.walk()`
+    listed, when the caller has it: backends/cuda/facts.py)."""
     out: dict[Value, list[ops.Load]] = {}
-    for op in fn.walk():
+    for op in fn.walk() if walked is None else walked:
         if not isinstance(op, ops.Mma):
             continue
         for v in (op.a, op.b):
@@ -113,9 +116,10 @@ def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
-def misaligned_operands(fn: Function) -> list[str]:
-    """Names of params loaded into an `mma` operand whose rows are misaligned."""
-    feeds = _mma_loads(fn)
+def misaligned_operands(fn: Function, walked: Sequence[Op] | None = None) -> list[str]:
+    """Names of params loaded into an `mma` operand whose rows are misaligned (`walked`: as
+    `_mma_loads`)."""
+    feeds = _mma_loads(fn, walked)
     return [p.name for p in fn.params if p.value in feeds and not rows_aligned(p.type)]
 
 
@@ -170,6 +174,8 @@ def _major_order(t: TensorType) -> tuple[int, ...]:
 
 def _collect(fn: Function, wanted: dict[int, tuple[tuple[int, ...], str]]
              ) -> tuple[list[PaddedOperand], list[str]]:
+    if not wanted:
+        return [], []
     stored = UseInfo.of(fn).stored_params
     out: list[PaddedOperand] = []
     refused: list[str] = []
@@ -179,9 +185,11 @@ def _collect(fn: Function, wanted: dict[int, tuple[tuple[int, ...], str]]
     return out, refused
 
 
-def paddable_operands(fn: Function) -> tuple[list[PaddedOperand], list[str]]:
-    """The misaligned `mma` operands a padded copy may serve, and why others may not."""
-    feeds = _mma_loads(fn)
+def paddable_operands(fn: Function, walked: Sequence[Op] | None = None
+                      ) -> tuple[list[PaddedOperand], list[str]]:
+    """The misaligned `mma` operands a padded copy may serve, and why others may not
+    (`walked`: as `_mma_loads`)."""
+    feeds = _mma_loads(fn, walked)
     return _collect(fn, {i: (_major_order(p.type), PADDED) for i, p in enumerate(fn.params)
                          if p.value in feeds and not rows_aligned(p.type)})
 

@@ -10,7 +10,7 @@ are padded (`min_dot_extent`) and everything about the launch.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -70,25 +70,31 @@ def root_parallels(fn: Function) -> list[ops.Parallel]:
     return [op for op in fn.body.ops if isinstance(op, ops.Parallel)]
 
 
-def has_op(fn: Function, kind: type[Op] | tuple[type[Op], ...]) -> bool:
-    """Whether some op of `fn` is of the class `kind` (or one of the classes)."""
-    return any(isinstance(op, kind) for op in fn.walk())
+def has_op(fn: Function, kind: type[Op] | tuple[type[Op], ...],
+           walked: Sequence[Op] | None = None) -> bool:
+    """Whether some op of `fn` is of the class `kind` (or one of the classes); `walked`:
+    `fn.walk()` listed, when the caller has it (backends/cuda/facts.py)."""
+    return any(isinstance(op, kind) for op in (fn.walk() if walked is None else walked))
 
 
 def _is_pow2(n: int) -> bool:
     return n >= 1 and n & (n - 1) == 0
 
 
-def validate(plan: CudaPlan, fn: Function, smem_per_block: int | None = None) -> None:
+def validate(plan: CudaPlan, fn: Function, smem_per_block: int | None = None, *,
+             traversal: bool = True) -> None:
     """Raise when the plan cannot be realized for this function (and, given the target's
-    shared memory per block, when its pipelined buffers cannot fit)."""
+    shared memory per block, when its pipelined buffers cannot fit). `traversal=False`
+    leaves out the checks of the root order and traversal (`root_axis_order`,
+    `group_rows`, `group_columns`): the validation of the plan with those fields reset
+    (None, 1, 1), which they pass."""
     if plan.num_warps not in WARPS:
         raise _fail("num_warps", f"must be one of {WARPS}, got {plan.num_warps}")
     if not 1 <= plan.num_stages <= 8:
         raise _fail("num_stages", f"must be in 1..8, got {plan.num_stages}")
-    if plan.group_rows < 1:
+    if traversal and plan.group_rows < 1:
         raise _fail("group_rows", f"must be >= 1, got {plan.group_rows}")
-    if plan.group_columns < 1:
+    if traversal and plan.group_columns < 1:
         raise _fail("group_columns", f"must be >= 1, got {plan.group_columns}")
     if plan.programs_per_block != 1:
         raise _fail("programs_per_block", "packing several logical programs into one Triton "
@@ -117,10 +123,10 @@ def validate(plan: CudaPlan, fn: Function, smem_per_block: int | None = None) ->
                 "no f32 `mma` operand is loaded along a k axis that is not contiguous")
             raise _fail("kmajor_copy", f"nothing to copy: {why}")
     if plan.element_grid:
-        _validate_element_grid(plan, fn)
+        _validate_element_grid(plan, fn, traversal)
     if plan.split_k != 1:
         _validate_split(plan, fn)
-    for op in root_parallels(fn):
+    for op in root_parallels(fn) if traversal else ():
         rank = len(op.domain)
         order = plan.root_axis_order
         if order is not None and sorted(order) != list(range(rank)):
@@ -158,7 +164,7 @@ def _validate_split(plan: CudaPlan, fn: Function) -> None:
         raise _fail("split_k", "split-K has no element-grid realization")
 
 
-def _validate_element_grid(plan: CudaPlan, fn: Function) -> None:
+def _validate_element_grid(plan: CudaPlan, fn: Function, traversal: bool = True) -> None:
     from tilenest.backends.cuda.element_grid import refusal
 
     n = plan.element_grid
@@ -170,6 +176,8 @@ def _validate_element_grid(plan: CudaPlan, fn: Function) -> None:
     why = refusal(fn)
     if why is not None:
         raise _fail("element_grid", f"the kernel does not qualify for an element grid: {why}")
+    if not traversal:
+        return
     rank = min((len(op.domain) for op in root_parallels(fn)), default=0)
     order = plan.root_axis_order
     if (order is not None and list(order) != list(range(rank))) or plan.group_rows > 1 \
@@ -178,34 +186,36 @@ def _validate_element_grid(plan: CudaPlan, fn: Function) -> None:
                                     "has no root-axis order or grouped traversal")
 
 
-def largest_tile(fn: Function) -> int:
-    """Elements of the function's largest tile value."""
+def largest_tile(fn: Function, walked: Sequence[Op] | None = None) -> int:
+    """Elements of the function's largest tile value (`walked`: as `has_op`)."""
     from tilenest.ir.types import TileType
 
     best = 1
-    for op in fn.walk():
+    for op in fn.walk() if walked is None else walked:
         for r in op.results:
             if isinstance(r.type, TileType):
                 best = max(best, r.type.size)
     return best
 
 
-def _max_window(fn: Function) -> int:
-    return max((op.window for op in fn.walk() if isinstance(op, ops.Pipeline)), default=0)
+def _max_window(walked: Iterable[Op]) -> int:
+    return max((op.window for op in walked if isinstance(op, ops.Pipeline)), default=0)
 
 
-def default_plan(fn: Function) -> CudaPlan:
+def default_plan(fn: Function, walked: Sequence[Op] | None = None) -> CudaPlan:
     """A simple rule: grouped traversal (8 rows) for 2-D grids with `mma`; warps by the
-    largest tile; pipeline depth window + 1 (at most 4) where loops load."""
+    largest tile; pipeline depth window + 1 (at most 4) where loops load (`walked`: as
+    `has_op`)."""
+    walked = tuple(fn.walk()) if walked is None else walked
     rank = min((len(op.domain) for op in root_parallels(fn)), default=0)
-    dot = has_op(fn, ops.Mma)
+    dot = has_op(fn, ops.Mma, walked)
     group_rows = 8 if dot and rank >= 2 else 1
-    elements = largest_tile(fn)
+    elements = largest_tile(fn, walked)
     warps = 1 if elements <= 256 else 2 if elements <= 1024 else 4 if elements <= 8192 else 8
-    window = _max_window(fn)
+    window = _max_window(walked)
     from tilenest.backends.cuda.resources import loops_as_loop  # resources sizes plans
 
-    has_loop = any(loops_as_loop(op) for op in fn.walk())
+    has_loop = any(loops_as_loop(op) for op in walked)
     stages = min(4, window + 1) if window else (3 if dot and has_loop else 1)
     return CudaPlan(group_rows=group_rows, num_warps=warps, num_stages=stages)
 

@@ -8,7 +8,7 @@ shapes where it reads loaded values); a static one its exact trips."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tilenest.analysis.trips import Trips, index_dependencies, is_dynamic, trip_counts
@@ -39,11 +39,12 @@ class BlockLayout:
     came from `tl.join` + `tl.reshape` gave wrong results (int4_gemm, BK=16: relative error
     ~1; BK=32 exact; f32 exact at either), so such a K is padded to 32."""
 
-    def __init__(self, fn: Function, min_dot: int) -> None:
+    def __init__(self, fn: Function, min_dot: int, walked: Sequence[Op] | None = None
+                 ) -> None:
         self.min_dot = min_dot
         self.dot_dims: set[int] = set()
         self.min_k: dict[int, int] = {}
-        for op in fn.walk():
+        for op in fn.walk() if walked is None else walked:  # `fn.walk()` listed (facts.py)
             if isinstance(op, ops.Mma):
                 a, b, c = op.a.type, op.b.type, op.acc.type
                 assert isinstance(a, TileType) and isinstance(b, TileType)
@@ -130,13 +131,15 @@ def loops_as_loop(op: object) -> bool:
     return isinstance(op, ops.LOOP_OPS) or reduce_loops(op)
 
 
-def smem_per_stage(fn: Function, min_dot: int, layout: BlockLayout | None = None) -> int:
+def smem_per_stage(fn: Function, min_dot: int, layout: BlockLayout | None = None,
+                   walked: Sequence[Op] | None = None) -> int:
     """Padded bytes one pipeline stage buffers: the largest over loops without stores
-    (`layout`: the function's BlockLayout at `min_dot`, when the caller has it)."""
+    (`layout`: the function's BlockLayout at `min_dot`, `walked`: `fn.walk()` listed, when
+    the caller has them)."""
     layout = layout if layout is not None and layout.min_dot == min_dot else \
-        BlockLayout(fn, min_dot)
+        BlockLayout(fn, min_dot, walked)
     worst = 0
-    for op in fn.walk():
+    for op in fn.walk() if walked is None else walked:
         if not loops_as_loop(op) or loop_has_store(op):
             continue
         loaded = 0
@@ -156,8 +159,6 @@ class Work:
     programs: list[int] = field(default_factory=list)
     bytes_moved: float = 0.0
     dot_flops: dict[str, float] = field(default_factory=dict)
-    max_tile_elements: int = 1
-    live_elements: int = 0
     shared_bytes: float = 0.0  # bytes of loads every program reads at the same addresses
     short_runs: dict[int, float] = field(default_factory=dict)
     """Bytes moved in contiguous runs shorter than a DRAM line, by run length in bytes,
@@ -208,10 +209,11 @@ def short_run(op: ops.Memory, loops: frozenset[Value]) -> int | None:
 TripMap = Mapping[ops.RegionOp, Trips]
 
 
-def region_trip_map(fn: Function) -> TripMap:
+def region_trip_map(fn: Function, dynamic: bool | None = None) -> TripMap:
     """The trips of `fn`'s dynamic regions (empty when every domain is static: static trips
-    are the extents' product, no analysis needed)."""
-    return trip_counts(fn) if is_dynamic(fn) else {}
+    are the extents' product, no analysis needed); `dynamic`: `is_dynamic(fn)`, when the
+    caller knows it."""
+    return trip_counts(fn) if (is_dynamic(fn) if dynamic is None else dynamic) else {}
 
 
 def iterations(op: ops.RegionOp, counts: TripMap, longest: bool = False) -> float:
@@ -226,18 +228,25 @@ def iterations(op: ops.RegionOp, counts: TripMap, longest: bool = False) -> floa
     return n
 
 
-def _count(region: Region, mult: float, work: Work, layout: BlockLayout,
+@dataclass(frozen=True)
+class DotKeys:
+    """How `_count_ops` keys an `mma`'s dot flops: by operand type (f32 as tf32 where the
+    plan allows it), suffixed where an operand is read from misaligned rows (`MISALIGNED`)
+    or, under tf32, along a k axis that is not contiguous (`KSTRIDED`)."""
+
+    tf32: bool = False
+    misaligned: frozenset[Value] = frozenset()  # params read from misaligned rows
+    kstrided: frozenset[Value] = frozenset()    # params read along a strided k axis
+
+
+def _count(region: Region, mult: float, work: Work, keys: DotKeys,
            counts: TripMap, loops: frozenset[Value] = frozenset()) -> None:
-    _count_ops(region.ops, mult, work, layout, counts, loops)
+    _count_ops(region.ops, mult, work, keys, counts, loops)
 
 
-def _count_ops(body: list[Op], mult: float, work: Work, layout: BlockLayout,
+def _count_ops(body: list[Op], mult: float, work: Work, keys: DotKeys,
                counts: TripMap, loops: frozenset[Value] = frozenset()) -> None:
     for op in body:
-        for r in op.results:
-            if isinstance(r.type, TileType):
-                work.max_tile_elements = max(work.max_tile_elements,
-                                             _elements(layout.shape(r.type)))
         if has_trait(op, ELEMENTWISE) and op.results and isinstance(op.results[0].type,
                                                                      TileType):
             # CUDA-core work, over the logical elements (a reduction's steps are its
@@ -265,32 +274,30 @@ def _count_ops(body: list[Op], mult: float, work: Work, layout: BlockLayout,
             extents = {id(d): e for t in (a, b, c) for d, e in zip(t.dims, t.shape,
                                                                   strict=True)}
             flops = 2.0 * _elements(tuple(extents.values()))
-            key = a.dtype.name if not (a.dtype.name == "f32" and getattr(layout, "tf32", False)) \
-                else "tf32"
+            key = a.dtype.name if not (a.dtype.name == "f32" and keys.tf32) else "tf32"
             read = {v.owner.tensor for v in (op.a, op.b) if isinstance(v.owner, ops.Load)}
-            if read & getattr(layout, "misaligned", set()):
+            if read & keys.misaligned:
                 key += MISALIGNED
-            if key.startswith("tf32") and read & getattr(layout, "kstrided", set()):
+            if key.startswith("tf32") and read & keys.kstrided:
                 key += KSTRIDED
             work.dot_flops[key] = work.dot_flops.get(key, 0.0) + mult * flops
         inner_loops = loops | frozenset(op.coords) if isinstance(op, ops.RegionOp) \
             and not isinstance(op, ops.Parallel) else loops
         for r in op.regions:
             inner = mult * (iterations(op, counts) if isinstance(op, ops.RegionOp) else 1)
-            _count(r, inner, work, layout, counts, inner_loops)
+            _count(r, inner, work, keys, counts, inner_loops)
 
 
 def count_work(fn: Function, plan: object) -> Work:
-    """Bytes moved (each load/store of a logical tile), dot flops by operand type, programs
-    per root parallel, and the largest padded tile."""
-    layout = BlockLayout(fn, getattr(plan, "min_dot_extent", 16))
-    layout.tf32 = getattr(plan, "allow_tf32", False)  # type: ignore[attr-defined]
+    """Bytes moved (each load/store of a logical tile), dot flops by operand type and
+    programs per root parallel."""
+    keys = DotKeys(tf32=getattr(plan, "allow_tf32", False))
     work = Work()
     counts = region_trip_map(fn)
     for op in fn.body.ops:
         if isinstance(op, ops.Parallel):
             work.programs.append(int(iterations(op, counts)))
-    _count(fn.body, 1.0, work, layout, counts)
+    _count(fn.body, 1.0, work, keys, counts)
     return work
 
 
@@ -304,10 +311,10 @@ def loop_trips(op: Op, counts: TripMap, longest: bool = False) -> float:
     return best
 
 
-def phase_work(fn: Function, plan: object) -> list[tuple[Op, Work]]:
-    """`count_work` per root `parallel` (the phases the planner prices)."""
-    layout = BlockLayout(fn, getattr(plan, "min_dot_extent", 16))
-    layout.tf32 = getattr(plan, "allow_tf32", False)  # type: ignore[attr-defined]
+def phase_work(fn: Function, plan: object, trips: TripMap | None = None
+               ) -> list[tuple[Op, Work]]:
+    """`count_work` per root `parallel` (the phases the planner prices); `trips`: the
+    function's `region_trip_map`, when the caller has it."""
     from tilenest.backends.cuda.padding import (
         KMAJOR,
         copied_operands,
@@ -317,16 +324,20 @@ def phase_work(fn: Function, plan: object) -> list[tuple[Op, Work]]:
 
     copies = copied_operands(fn, plan)
     copied = {o.name for o in copies}
-    kmajor = {fn.params[o.index].value for o in copies if o.layout == KMAJOR}
-    layout.misaligned = {p.value for p in fn.params  # type: ignore[attr-defined]
-                         if not rows_aligned(p.type) and p.name not in copied}
-    layout.kstrided = set(kstrided_params(fn)) - kmajor  # type: ignore[attr-defined]
-    counts = region_trip_map(fn)
+    tf32 = bool(getattr(plan, "allow_tf32", False))
+    kstrided: frozenset[Value] = frozenset()
+    if tf32:  # the k-strided key applies to tf32 flops only
+        kmajor = {fn.params[o.index].value for o in copies if o.layout == KMAJOR}
+        kstrided = frozenset(set(kstrided_params(fn)) - kmajor)
+    keys = DotKeys(tf32, frozenset(p.value for p in fn.params
+                                   if not rows_aligned(p.type) and p.name not in copied),
+                   kstrided)
+    counts = region_trip_map(fn) if trips is None else trips
     out = []
     for op in fn.body.ops:
         if isinstance(op, ops.Parallel):
             work = Work(programs=[int(iterations(op, counts))])
-            _count_ops([op], 1.0, work, layout, counts)
+            _count_ops([op], 1.0, work, keys, counts)
             work.shared_bytes = _shared_load_bytes(op, counts)
             out.append((op, work))
     return out
@@ -340,14 +351,14 @@ def _shared_load_bytes(par: ops.Parallel, counts: TripMap) -> float:
 
     def mark(region: Region) -> None:
         for op in region.ops:
-            if any(v in dependent for v in op.operands):
+            if not dependent.isdisjoint(op.operands):
                 dependent.update(op.results)
                 for r in op.regions:
                     dependent.update(r.args)
             for r in op.regions:
                 mark(r)
                 term = r.terminator
-                if term is not None and any(v in dependent for v in term.operands):
+                if term is not None and not dependent.isdisjoint(term.operands):
                     dependent.update(op.results)
 
     mark(par.body)
@@ -356,7 +367,7 @@ def _shared_load_bytes(par: ops.Parallel, counts: TripMap) -> float:
     def count(region: Region, mult: float) -> None:
         nonlocal total
         for op in region.ops:
-            if isinstance(op, ops.Load) and not any(v in dependent for v in op.indices):
+            if isinstance(op, ops.Load) and dependent.isdisjoint(op.indices):
                 tensor = op.tensor_type
                 kept = [e for e in op.shape if e is not None]
                 total += mult * _elements(tuple(kept)) * tensor.dtype.itemsize

@@ -12,7 +12,8 @@ not time predictions.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import cached_property
 from typing import Any
 
 from tilenest.analysis.resources import ExecutionResources, ResourceLimits
@@ -23,6 +24,7 @@ from tilenest.backends.cuda.cost import H200_RATES, GpuCostPolicy
 from tilenest.backends.cuda.device import GpuInfo, gpu_identity
 from tilenest.backends.cuda.element_grid import BLOCKS as ELEMENT_BLOCKS
 from tilenest.backends.cuda.element_grid import flat_programs, refusal
+from tilenest.backends.cuda.facts import op_facts
 from tilenest.backends.cuda.occupancy import resident, wave_footprint
 from tilenest.backends.cuda.padding import (
     KMAJOR,
@@ -35,8 +37,6 @@ from tilenest.backends.cuda.padding import (
 from tilenest.backends.cuda.plan import (
     CudaPlan,
     default_plan,
-    has_op,
-    largest_tile,
     root_parallels,
     validate,
 )
@@ -46,7 +46,6 @@ from tilenest.backends.cuda.resources import (
     BlockLayout,
     dot_tiles,
     loop_trips,
-    loops_as_loop,
     phase_work,
     region_trip_map,
     register_demand,
@@ -55,10 +54,10 @@ from tilenest.backends.cuda.resources import (
 )
 from tilenest.backends.cuda.reuse import dram_share, operand_reuse
 from tilenest.backends.cuda.space import launch_points, operand_layouts, split_factors, traversals
-from tilenest.backends.cuda.splitk import split_phases, split_site
+from tilenest.backends.cuda.splitk import SplitSite, split_phases, split_site
 from tilenest.errors import BackendError
 from tilenest.ir import ops
-from tilenest.ir.core import Function
+from tilenest.ir.core import Function, Op
 from tilenest.plan.constraints import Constraints
 from tilenest.plan.cost import CostPolicy
 from tilenest.plan.records import (
@@ -74,12 +73,6 @@ from tilenest.plan.records import (
     Schedule,
 )
 from tilenest.plan.target import TargetFacts
-
-
-def _has_loop_loads(fn: Function) -> bool:
-    return any(loops_as_loop(op) and any(isinstance(x, ops.Load) for x in op.body.walk())
-               for op in fn.walk())
-
 
 _REALIZED: dict[tuple, CudaPlan] = {}  # CudaTargetInfo._realize, across functions
 _REALIZED_MAX = 8192
@@ -108,35 +101,40 @@ class CudaTargetInfo:
         self.allow_tf32, self.allow_fma = allow_tf32, allow_fma
         self.allow_regrouping = allow_regrouping
         self.allow_fast_math = allow_fast_math
-        self.default = default_plan(fn)
-        self.paddable, self.refused = paddable_operands(fn)
-        self.misaligned = misaligned_operands(fn)
+        facts = self.facts = op_facts(fn)  # one walk for the facts below (facts.py)
+        self.default = default_plan(fn, facts.ops)
+        self.paddable, self.refused = paddable_operands(fn, facts.ops)
+        self.misaligned = misaligned_operands(fn, facts.ops)
         # K-major copies serve tf32 `mma` only (under IEEE f32 there is no wgmma to feed).
         self.kmajor = kmajor_operands(fn)[0] if allow_tf32 else []
         # Pointwise kernels may flatten program x element into one grid (element_grid.py).
         self.element_refusal = refusal(fn)
-        self.split = split_site(fn)
-        self.has_loop_loads = _has_loop_loads(fn)
-        self.loops = sum(1 for op in fn.walk() if loops_as_loop(op))
-        layout = BlockLayout(fn, self.default.min_dot_extent)
-        self.smem_per_stage = smem_per_stage(fn, self.default.min_dot_extent, layout)
+        self.has_loop_loads = facts.loop_loads
+        self.loops = len(facts.loops)
+        layout = BlockLayout(fn, self.default.min_dot_extent, facts.ops)
+        self.smem_per_stage = smem_per_stage(fn, self.default.min_dot_extent, layout,
+                                             facts.ops)
         tiles = [(op, dot_tiles(op, layout, allow_tf32)) for op in root_parallels(fn)]
         self.tensor_core = any(t.kind in TENSOR_CORE_KINDS for _, ts in tiles for t in ts)
         # Dynamic loops are priced at their expected trips (analysis.trips).
-        self.trips = region_trip_map(fn)
+        self.trips = region_trip_map(fn, facts.dynamic)
         self.phase_facts = [(op, ts, register_demand(op, layout, self.tensor_core),
                              float(loop_trips(op, self.trips))) for op, ts in tiles]
         # ... and the longest-running program's trips (the critical path of a launch whose
-        # programs run loops of different lengths: jagged segments, causal key loops).
+        # programs run loops of different lengths: jagged segments, causal key loops; with
+        # every domain static, each program runs the expected trips).
         self.longest_trips = [float(loop_trips(op, self.trips, longest=True))
-                              for op, _ in tiles]
+                              for op, _ in tiles] if facts.dynamic else \
+            [trips for _, _, _, trips in self.phase_facts]
         self.max_demand = max((d for _, _, d, _ in self.phase_facts), default=0.0)
         # Which grid axes each phase's loaded mma operands depend on (reuse.py).
         self.reuse = [operand_reuse(op, self.trips) for op, _ in tiles]
-        self.has_mma = has_op(fn, ops.Mma)
+        self.has_mma = bool(facts.mmas)
         # The fixed controls a realized plan takes as they are (the traversal is the
         # planner's `program_traversal`, split into group_rows/group_columns).
         self._fixed = {k: v for k, v in self.constraints.items() if k != "program_traversal"}
+        self._fixed_traversal = any(k in self._fixed for k in ("root_axis_order", "group_rows",
+                                                                "group_columns"))
         # What a realized plan depends on besides the candidate (None: unhashable controls,
         # realized without the shared cache).
         self._realize_key: tuple | None = (allow_tf32, allow_fma, allow_regrouping,
@@ -146,8 +144,15 @@ class CudaTargetInfo:
             hash(self._realize_key)
         except TypeError:
             self._realize_key = None
+        self._limits = ResourceLimits(snapshot_bytes_per_worker=gpu.smem_per_block)
         self._expansion: list[tuple[int, int, int, tuple]] | None = None
         self._memo: dict[tuple, Any] = {}
+
+    @cached_property
+    def split(self) -> SplitSite | str:
+        """The loop split-K would split, or why there is none (derived where asked: only a
+        policy that allows regrouping, or a fixed split_k, searches or prices split-K)."""
+        return split_site(self.fn)
 
     def target(self) -> TargetFacts:
         g = self.gpu
@@ -192,13 +197,15 @@ class CudaTargetInfo:
 
     def splits(self) -> list[int]:
         """The split-K factors searched (space.py)."""
+        if not self.allow_regrouping and not self.constraints.has("split_k"):
+            return [1]  # split_factors without a split site: no regrouping, no split-K
         return split_factors(self.constraints, self.split, self.gpu.sms, self.allow_regrouping)
 
     def _expansions(self) -> list[tuple[int, int, int, tuple]]:
         if self._expansion is not None:
             return self._expansion
         warps, stages = launch_points(self.constraints, self.default, self.has_loop_loads,
-                                      self.tensor_core, largest_tile(self.fn))
+                                      self.tensor_core, self.facts.largest_tile)
         layouts = operand_layouts(self.fn, self.constraints, self.paddable, self.kmajor,
                                   self.misaligned)
         self._expansion = [(w, st, sk, lay) for lay in layouts
@@ -272,41 +279,66 @@ class CudaTargetInfo:
     def traversal_fields(self, b: Binding) -> tuple[tuple[int, ...] | None, int, int]:
         """The realized plan's root_axis_order, group_rows and group_columns for a binding
         (as `realize` sets them: a fixed control wins)."""
-        canonical = tuple(range(len(b.root_axis_order)))
-        got = {"root_axis_order": None if b.root_axis_order == canonical
-               else b.root_axis_order, "group_rows": b.traversal[0],
-               "group_columns": b.traversal[1]}
-        got.update((k, v) for k, v in self._fixed.items() if k in got)
-        return got["root_axis_order"], got["group_rows"], got["group_columns"]
+        order = b.root_axis_order
+        got = None if order == tuple(range(len(order))) else order, *b.traversal
+        if not self._fixed_traversal:
+            return got  # type: ignore[return-value]
+        fixed = self._fixed
+        return (fixed.get("root_axis_order", got[0]), fixed.get("group_rows", got[1]),
+                fixed.get("group_columns", got[2]))
 
     def _realize(self, candidate: Candidate) -> CudaPlan:
         """The plan of a candidate; plans are values of the candidate's fields, the fixed
         controls and the policy flags, shared by every function planned (`_REALIZED`)."""
-        if self._realize_key is None:
-            return self._build_plan(candidate)
         b, s = candidate.binding, candidate.schedule
-        key = (b.root_axis_order, b.traversal, b.warps, b.block_size,
-               candidate.distribution.kind, s.stages, s.split_k,
-               candidate.resources.operand_layouts, self._realize_key)
+        return self._plan(b.root_axis_order, b.traversal, b.warps, b.block_size,
+                          candidate.distribution.kind, s.stages, s.split_k,
+                          candidate.resources.operand_layouts)
+
+    def _plan(self, order: tuple[int, ...], traversal: tuple[int, int], warps: int,
+              block: int, kind: DistributionKind, stages: int, split_k: int,
+              layouts: tuple) -> CudaPlan:
+        """The plan of a candidate with these fields (`_realize`)."""
+        if self._realize_key is None:
+            return self._build_plan(order, traversal, warps, block, kind, stages, split_k,
+                                    layouts)
+        key = (order, traversal, warps, block, kind, stages, split_k, layouts,
+               self._realize_key)
         got = _REALIZED.get(key)
         if got is None:
             if len(_REALIZED) >= _REALIZED_MAX:
                 _REALIZED.clear()
-            got = _REALIZED[key] = self._build_plan(candidate)
+            got = _REALIZED[key] = self._build_plan(order, traversal, warps, block, kind,
+                                                    stages, split_k, layouts)
         return got
 
-    def _build_plan(self, candidate: Candidate) -> CudaPlan:
-        b = candidate.binding
-        canonical = tuple(range(len(b.root_axis_order)))
-        hows = {how for _, how in candidate.resources.operand_layouts}
-        searched = {"root_axis_order": None if b.root_axis_order == canonical
-                    else b.root_axis_order, "group_rows": b.traversal[0],
-                    "group_columns": b.traversal[1], "num_warps": b.warps or 4,
-                    "num_stages": candidate.schedule.stages or 1,
-                    "split_k": candidate.schedule.split_k,
+    def launch_plans(self, base: Candidate) -> list[CudaPlan | None]:
+        """The plans of `expand(base)`'s candidates, in its order, without building the
+        candidates (what the level-1 bound visits); None where realizing one fails (the
+        planner's geometry hook realizes it, so a failure there rejects)."""
+        if not self.offered(base):
+            return []
+        b, kind = base.binding, base.distribution.kind
+        out: list[CudaPlan | None] = []
+        for w, st, sk, layouts in self._expansions():
+            try:
+                out.append(self._plan(b.root_axis_order, b.traversal, w, b.block_size, kind,
+                                      st, sk, layouts))
+            except Exception:  # noqa: BLE001 - as the planner's hook: a failure rejects
+                out.append(None)
+        return out
+
+    def _build_plan(self, order: tuple[int, ...], traversal: tuple[int, int], warps: int,
+                    block: int, kind: DistributionKind, stages: int, split_k: int,
+                    layouts: tuple) -> CudaPlan:
+        canonical = tuple(range(len(order)))
+        hows = {how for _, how in layouts}
+        searched = {"root_axis_order": None if order == canonical else order,
+                    "group_rows": traversal[0], "group_columns": traversal[1],
+                    "num_warps": warps or 4, "num_stages": stages or 1, "split_k": split_k,
                     "pad_misaligned": PADDED in hows, "kmajor_copy": KMAJOR in hows,
-                    "element_grid": b.block_size if candidate.distribution.kind
-                    is DistributionKind.FLAT_ELEMENT_GRID else 0,
+                    "element_grid": block if kind is DistributionKind.FLAT_ELEMENT_GRID
+                    else 0,
                     "allow_tf32": self.allow_tf32, "allow_fma": self.allow_fma,
                     "allow_regrouping": self.allow_regrouping,
                     "allow_fast_math": self.allow_fast_math}
@@ -327,13 +359,30 @@ class CudaTargetInfo:
             if refused is not None:
                 raise _fresh(refused)
 
+    def launch_admitted(self, plan: CudaPlan) -> bool:
+        """Whether the plan's launch configuration passes the planner's resource step (the
+        demand within the device's limits and the backend budget) and the launch validation
+        (memoized per launch configuration; any failure of a check refuses, as in the
+        planner's admission: fail closed). The cheaper resource step runs first."""
+        key = ("launch-admitted", self._launch_key(plan))
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = self._launch_admitted(plan)
+        return got
+
+    def _launch_admitted(self, plan: CudaPlan) -> bool:
+        try:
+            demand = self._demand(plan)
+            return isinstance(demand, ExecutionResources) and \
+                self._limits.violation(demand) is None and self.launch_refusal(plan) is None
+        except Exception:  # noqa: BLE001 - the planner rejects on any failure of a check
+            return False
+
     def launch_refusal(self, plan: CudaPlan) -> Admission | None:
         """The validation of the plan's fields other than its traversal (memoized)."""
         key = ("accepts-launch", self._launch_key(plan))
         if key not in self._memo:
-            # `vars` + construction: `dataclasses.replace` costs several times more.
-            self._memo[key] = self._accepts(CudaPlan(**{**vars(plan), "root_axis_order": None,
-                                                        "group_rows": 1, "group_columns": 1}))
+            self._memo[key] = self._accepts(plan, traversal=False)
         return self._memo[key]
 
     def traversal_refusal(self, plan: CudaPlan) -> Admission | None:
@@ -349,14 +398,14 @@ class CudaTargetInfo:
                                                      group_columns=columns))
         return self._memo[key]
 
-    def _accepts(self, plan: CudaPlan) -> Admission | None:
+    def _accepts(self, plan: CudaPlan, traversal: bool = True) -> Admission | None:
         if plan.split_k > 1 and not plan.allow_regrouping:
             return Admission(RejectionCategory.SEMANTIC, "split_k",
                              f"split_k={plan.split_k} sums K-slices of the `mma` contraction "
                              "in another association; the numerical policy keeps it ordered "
                              "(set NumericalPolicy(allow_regrouping=True) to allow split-K)")
         try:
-            validate(plan, self.fn)
+            validate(plan, self.fn, traversal=traversal)
         except BackendError as e:
             msg = e.plain_message
             name = msg.split(":", 1)[0].removeprefix("CudaPlan.") if msg.startswith(
@@ -381,43 +430,48 @@ class CudaTargetInfo:
     def plan_resources(self, p: CudaPlan) -> ExecutionResources:
         """`resources` of a realized plan (it depends on the launch fields only: memoized
         per launch configuration; a refusal is raised anew each time)."""
+        got = self._demand(p)
+        if isinstance(got, ExecutionResources):
+            return got
+        if not isinstance(got, Admission):  # formatted at its first raise, then kept
+            got = self._memo[("resources", self._launch_key(p))] = got()
+        raise _fresh(got)  # kept without a traceback (no frame cycle)
+
+    def _demand(self, p: CudaPlan) -> ExecutionResources | Admission | Callable[[], Admission]:
+        """The plan's demand, or its refusal or what builds it (memoized per launch
+        configuration: a refusal's message is formatted only where it is raised)."""
         key = ("resources", self._launch_key(p))
         got = self._memo.get(key)
         if got is None:
-            try:
-                got = self._plan_resources(p)
-            except Admission as a:
-                got = _fresh(a)  # kept without its traceback (no frame cycle)
-            self._memo[key] = got
-        if isinstance(got, Admission):
-            raise _fresh(got)
+            got = self._memo[key] = self._plan_resources(p)
         return got
 
-    def _plan_resources(self, p: CudaPlan) -> ExecutionResources:
+    def _plan_resources(self, p: CudaPlan) -> ExecutionResources | Callable[[], Admission]:
         smem = self.smem_per_stage * p.num_stages if p.num_stages > 1 else 0
-        if smem > self.gpu.smem_per_block:
-            raise Admission(RejectionCategory.RESOURCE, "num_stages",
-                            f"{p.num_stages} stages of the pipelined loads need ~{smem} B of "
-                            f"shared memory per program; {self.gpu.name} allows "
-                            f"{self.gpu.smem_per_block} B per block")
+        gpu = self.gpu
+        if smem > gpu.smem_per_block:
+            return lambda: Admission(
+                RejectionCategory.RESOURCE, "num_stages",
+                f"{p.num_stages} stages of the pipelined loads need ~{smem} B of shared "
+                f"memory per program; {gpu.name} allows {gpu.smem_per_block} B per block")
         threads = 32 * p.num_warps
         demand = self.max_demand
         if p.element_grid:
             demand = 2.0 * p.element_grid  # one block of the flat grid and its result
         regs = registers_per_thread(demand, threads)
         if regs > MAX_REGS:
-            raise Admission(RejectionCategory.RESOURCE, "num_warps",
-                            f"{p.num_warps} warps hold the live blocks in ~{regs} registers "
-                            f"per thread (estimate), over the {MAX_REGS} a thread can address "
-                            f"(it would spill)")
+            return lambda: Admission(
+                RejectionCategory.RESOURCE, "num_warps",
+                f"{p.num_warps} warps hold the live blocks in ~{regs} registers per thread "
+                f"(estimate), over the {MAX_REGS} a thread can address (it would spill)")
         return ExecutionResources(smem, self.loops if p.num_stages > 1 else 0)
 
     def resource_limits(self, candidate: Candidate) -> ResourceLimits:
-        return ResourceLimits(snapshot_bytes_per_worker=self.gpu.smem_per_block)
+        return self._limits
 
     def _layout_work(self, p: CudaPlan) -> tuple[list, list]:
         key = (p.pad_misaligned, p.kmajor_copy, p.element_grid)
-        return self._memoized("work", key, lambda: (phase_work(self.fn, p),
+        return self._memoized("work", key, lambda: (phase_work(self.fn, p, self.trips),
                                                     copied_operands(self.fn, p)))
 
     def schedule(self, candidate: Candidate, work: ExecutionWork) -> tuple[dict, ...]:
@@ -448,45 +502,64 @@ class CudaTargetInfo:
         return int(base[0]["resident"]) * self.gpu.sms if base else 0
 
     def _schedule(self, p: CudaPlan) -> tuple[dict, ...]:
-        phases, copied = self._layout_work(p)
-        g = self.gpu
         occ = self.occupancy(p.num_warps, p.num_stages)
         if p.element_grid:
             regs = registers_per_thread(2.0 * p.element_grid, 32 * p.num_warps)
-            occ = resident(g, p.num_warps, 0, regs)
+            occ = resident(self.gpu, p.num_warps, 0, regs)
+        warps, stages = float(p.num_warps), float(p.num_stages)
         out: list[dict] = []
+        for head, tail, op in self._phase_templates(p):
+            # The key order is the schedule's (cost.py sums flops and runs in it).
+            entry = {"phase": head[0], "programs": head[1], "sms": head[2], "warps": warps,
+                     "cc_major": head[3], "trips": head[4], "trips_longest": head[5],
+                     "stages": stages, "bytes": head[6], "shared_bytes": head[7],
+                     "dram_fraction": head[8], **occ, **tail}
+            site = self.split if p.split_k > 1 else None
+            if isinstance(site, SplitSite) and op is site.parallel:
+                out.extend(split_phases(entry, site, p.split_k))
+            else:
+                out.append(entry)
+        return tuple(out)
+
+    def _phase_templates(self, p: CudaPlan) -> list[tuple[tuple[float, ...], dict, Op]]:
+        """Per phase, what its schedule entry takes from the operand layouts and the
+        element grid alone (memoized on those: the launch configurations of one layout
+        differ only in warps, stages and residency): the leading quantities, the trailing
+        entries (flops, CUDA-core work, short runs, tiles, copies) and its root op."""
+        key = ("templates", p.pad_misaligned, p.kmajor_copy, p.element_grid)
+        got = self._memo.get(key)
+        if got is not None:
+            return got
+        phases, copied = self._layout_work(p)
+        g = self.gpu
+        got = []
         for i, ((op, w), (_, tiles, _, trips)) in enumerate(zip(phases, self.phase_facts,
                                                                 strict=True)):
             programs = float(w.programs[0] or 1)
             if self.element_refusal is None and p.element_grid:
                 programs = float(max(1, flat_programs(self.fn, p.element_grid)))
-            entry: dict[str, float] = {
-                "phase": float(i), "programs": programs, "sms": float(g.sms),
-                "warps": float(p.num_warps), "cc_major": float(g.compute_capability[0]),
-                "trips": trips, "trips_longest": max(trips, self.longest_trips[i]),
-                "stages": float(p.num_stages), "bytes": w.bytes_moved,
-                "shared_bytes": w.shared_bytes * (1.0 - 1.0 / programs),
-                "dram_fraction": -1.0 if tiles else 1.0, **occ}
+            head = (float(i), programs, float(g.sms), float(g.compute_capability[0]), trips,
+                    max(trips, self.longest_trips[i]), w.bytes_moved,
+                    w.shared_bytes * (1.0 - 1.0 / programs), -1.0 if tiles else 1.0)
+            tail: dict[str, float] = {}
             for kind, flops in w.dot_flops.items():
-                entry[f"flops_{kind}"] = flops
+                tail[f"flops_{kind}"] = flops
             if w.vector_ops:  # CUDA-core work beside the tensor cores (cost.py `vector`)
-                entry["vector_ops"], entry["special_ops"] = w.vector_ops, w.special_ops
-                entry["fast_math"] = float(self.allow_fast_math)
+                tail["vector_ops"], tail["special_ops"] = w.vector_ops, w.special_ops
+                tail["fast_math"] = float(self.allow_fast_math)
             for run, moved in w.short_runs.items():
-                entry[f"run{run}_bytes"] = moved
-            entry["mmas"] = float(len(tiles))
+                tail[f"run{run}_bytes"] = moved
+            tail["mmas"] = float(len(tiles))
             for j, t in enumerate(tiles):
-                entry[f"mma{j}_m"], entry[f"mma{j}_n"] = float(t.m), float(t.n)
-                entry[f"mma{j}_share"] = t.share
+                tail[f"mma{j}_m"], tail[f"mma{j}_n"] = float(t.m), float(t.n)
+                tail[f"mma{j}_share"] = t.share
             copies = copied if i == 0 else []
             if copies:
-                entry["copy_bytes"] = sum(o.copy_bytes for o in copies)
-                entry["copies"] = float(len(copies))
-            if p.split_k > 1 and not isinstance(self.split, str) and op is self.split.parallel:
-                out.extend(split_phases(entry, self.split, p.split_k))
-            else:
-                out.append(entry)
-        return tuple(out)
+                tail["copy_bytes"] = sum(o.copy_bytes for o in copies)
+                tail["copies"] = float(len(copies))
+            got.append((head, tail, op))
+        self._memo[key] = got
+        return got
 
     def dram_fraction(self, phase: int, traversal: tuple[tuple[int, ...] | None, int, int],
                       slots: int) -> float:
@@ -545,10 +618,9 @@ class CudaTargetInfo:
 
     def _atoms_windows(self) -> tuple[tuple[Atom, ...], tuple[tuple[str, int], ...]]:
         return self._memoized("complete", (), lambda: (
-            tuple(Atom(str(op.loc) if op.loc else "mma", "dot")
-                  for op in self.fn.walk() if isinstance(op, ops.Mma)),
+            tuple(Atom(str(op.loc) if op.loc else "mma", "dot") for op in self.facts.mmas),
             tuple((str(op.loc) if op.loc else "pipeline", int(op.window))
-                  for op in self.fn.walk() if isinstance(op, ops.Pipeline))))
+                  for op in self.facts.ops if isinstance(op, ops.Pipeline))))
 
     def complete(self, fn: Function, candidate: Candidate) -> Candidate:
         """Fill in A (a tensor-core `dot` per `mma`) and Theta's pipeline windows (the
