@@ -47,7 +47,9 @@ def _ok_rows(result) -> list:
     return [r for r in result.rows if r.status == "ok"]
 
 
-def test_winner_is_the_fastest_checked_candidate_and_is_stored() -> None:
+def test_winner_is_the_fastest_checked_candidate_and_is_stored(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tuner, "KEEP_DEFAULT_MARGIN", -1.0)  # the fastest always replaces
     args = _gemm_args()
     before = measure.MEASUREMENTS
     result = GEMM.kernel.tune(*args, budget=5, target="cpu", progress=False)
@@ -304,3 +306,47 @@ def test_a_fresh_process_uses_the_tuned_winner_without_measuring(tmp_path) -> No
     assert report["plan"] == result.winner.plan_record().describe()
     assert not report["tuner_imported"] and not report["measure_imported"]
     assert report["max_error"] == 0.0 and report["first_line"].startswith("tuned")
+
+
+def _scripted_measure(monkeypatch: pytest.MonkeyPatch, joint: dict[int, float],
+                      final: tuple[float, float]) -> list[dict]:
+    """`measure` answering the joint timing with `joint` (rotation index -> seconds; the
+    rest 1.0) and the head-to-head remeasure (challenger, pick) with `final`."""
+    calls: list[dict] = []
+
+    def fake(rotations, device, timing=None, tick=None, count=True):
+        calls.append(dict(rotations))
+        if len(calls) == 1:
+            return {k: measure.Measurement([joint.get(i, 1.0)] * 3)
+                    for i, k in enumerate(rotations)}
+        return {k: measure.Measurement([v] * 3) for k, v in zip(rotations, final)}
+
+    monkeypatch.setattr(tuner.m, "measure", fake)
+    return calls
+
+
+def _fastest_not_default(result) -> int:
+    ok = _ok_rows(result)
+    return next(i for i, r in enumerate(ok) if r.role != "default")
+
+
+@pytest.mark.parametrize(("final", "pick_wins"), [((0.995, 1.0), True),
+                                                    ((0.95, 1.0), False)])
+def test_the_pick_wins_unless_the_fastest_beats_it_again_side_by_side(
+        monkeypatch: pytest.MonkeyPatch, final: tuple[float, float], pick_wins: bool) -> None:
+    args = _gemm_args()
+    probe = GEMM.kernel.tune(*args, budget=4, target="cpu", progress=False)
+    index = _fastest_not_default(probe)
+    calls = _scripted_measure(monkeypatch, {index: 0.9}, final)
+    result = GEMM.kernel.tune(*args, budget=4, target="cpu", progress=False)
+    ok = _ok_rows(result)
+    pick = next(r for r in ok if r.role == "default")
+    assert len(calls) == 2 and len(calls[1]) == 2  # the joint timing, then the two again
+    assert ok[index].median_s == 0.9 and ok[index].regret == 0.0
+    if pick_wins:
+        assert result.winner == pick.candidate and result.winner_seconds == 1.0
+        assert any("the pick wins" in n for n in result.notes)
+    else:
+        assert result.winner == ok[index].candidate and result.winner_seconds == 0.95
+        assert not any("the pick wins" in n for n in result.notes)
+    assert TuningDB.default().winner(result.key) == (result.winner, result.winner_seconds)
