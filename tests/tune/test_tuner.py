@@ -319,7 +319,7 @@ def _scripted_measure(monkeypatch: pytest.MonkeyPatch, joint: dict[int, float],
         if len(calls) == 1:
             return {k: measure.Measurement([joint.get(i, 1.0)] * 3)
                     for i, k in enumerate(rotations)}
-        return {k: measure.Measurement([v] * 3) for k, v in zip(rotations, final)}
+        return {k: measure.Measurement([v] * 3) for k, v in zip(rotations, final, strict=True)}
 
     monkeypatch.setattr(tuner.m, "measure", fake)
     return calls
