@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tilenest.analysis.memo import per_function
 from tilenest.ir import ops
 from tilenest.ir.core import Function, Op, Region, Value
 
@@ -27,15 +28,11 @@ class UseInfo:
 
     @classmethod
     def of(cls, fn: Function) -> UseInfo:
-        info = cls()
-        for op in fn.walk():
-            for v in op.operands:
-                info.uses.setdefault(v, []).append(op)
-            if isinstance(op, ops.WRITE_OPS):
-                info.stored_params.add(op.tensor)
-            elif isinstance(op, ops.READ_OPS):
-                info.loaded_params.add(op.tensor)
-        return info
+        """The use lists of `fn`, computed once per function body (`analysis.memo`: the
+        planner's hooks, the family pricer and the emission each ask for them); shared, so
+        read-only."""
+        return _use_info(fn)
+
 
     def users(self, v: Value) -> list[Op]:
         return self.uses.get(v, [])
@@ -56,3 +53,16 @@ class UseInfo:
                 if user.parent is not region:
                     return user
         return None
+
+
+@per_function
+def _use_info(fn: Function) -> UseInfo:
+    info = UseInfo()
+    for op in fn.walk():
+        for v in op.operands:
+            info.uses.setdefault(v, []).append(op)
+        if isinstance(op, ops.WRITE_OPS):
+            info.stored_params.add(op.tensor)
+        elif isinstance(op, ops.READ_OPS):
+            info.loaded_params.add(op.tensor)
+    return info

@@ -38,11 +38,23 @@ class _Planned:
 
     def __init__(self, fn: Function, planned: tuple[Any, Any]) -> None:
         self.fn = fn
-        self.planned = planned  # (PlanningResult, target info), as prepare(planned=) takes
+        self._planned = planned
+
+    @property
+    def planned(self) -> tuple[Any, Any]:
+        """(PlanningResult, target info), as prepare(planned=) takes: the whole account (a
+        selection-only run's result is completed here, once)."""
+        result, info = self._planned
+        if getattr(result, "pending", None) is not None:
+            self._planned = (result.complete(), info)
+        return self._planned
 
     @property
     def result(self) -> Any:
-        return self.planned[0]
+        """The planner's result; a selection-only run's may be partial (its status,
+        selection and bound exact: what the tunable search judges), `planned` completes
+        it."""
+        return self._planned[0]
 
 
 class _CompiledCache(dict):
@@ -305,7 +317,7 @@ class Kernel:
         a branch and bound over bound-only planner runs, each assignment captured once and
         each full planner run cached per key."""
         from tilenest.backends.registry import planner
-        from tilenest.plan.search import BOUND_ONLY
+        from tilenest.plan.search import BOUND_ONLY, SELECT_ONLY
         from tilenest.plan.tunables import BOUNDED, search_tunables
 
         plan_one = planner(tgt)
@@ -323,7 +335,10 @@ class Kernel:
             got = self._plans.get(pkey)
             if got is None:
                 fn = self._function(tensors, key[0], resolved, opts)
-                got = self._plans[pkey] = _Planned(fn, plan_one(fn, options))
+                # Selection only: the search judges each assignment by its selection, and
+                # the winner is completed below (any other is, if a later call uses it).
+                got = self._plans[pkey] = _Planned(
+                    fn, plan_one(fn, {**options, SELECT_ONLY: True}))
             return got
 
         def bound(level: int) -> Callable[[dict[str, Any]], _Planned]:
@@ -346,7 +361,11 @@ class Kernel:
                 return _Planned(fn, planned)
             return run
 
-        return search_tunables(declared, fixed, evaluate, bounds=(bound(1), bound(2)))
+        def complete(best: _Planned) -> None:
+            best.planned  # noqa: B018 - completes the winner's selection-only result
+
+        return search_tunables(declared, fixed, evaluate, bounds=(bound(1), bound(2)),
+                               finish=complete)
 
     @staticmethod
     def _options(kwargs: dict[str, Any]) -> dict[str, Any]:

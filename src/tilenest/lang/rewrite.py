@@ -137,6 +137,21 @@ class _ExtremumRewriter(ast.NodeTransformer):
         return ast.copy_location(call, node)
 
 
+def _rewritten_kinds(fdef: ast.AST) -> tuple[bool, bool]:
+    """Whether the function has a call of a name `min`/`max` and a `return` of a value
+    anywhere (nested scopes included): the nodes `_ExtremumRewriter` and `_ReturnRewriter`
+    may rewrite. Without any, each would walk the whole tree and change nothing, so one
+    walk here spares both (a cold compile rewrites each kernel it captures)."""
+    extrema = returns = False
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Call):
+            f = node.func
+            extrema = extrema or (isinstance(f, ast.Name) and f.id in ("min", "max"))
+        elif isinstance(node, ast.Return):
+            returns = returns or node.value is not None
+    return extrema, returns
+
+
 class _LoopRewriter(ast.NodeTransformer):
     def __init__(self) -> None:
         self.counter = 0
@@ -347,12 +362,14 @@ def _factory_code(fn: Callable[..., Any], is_kernel: bool) -> CodeType | None:
     fdef.returns = None
     code = fn.__code__
     ast.increment_lineno(tree, code.co_firstlineno - 1)
+    extrema, returns = _rewritten_kinds(fdef)
     fdef = _LoopRewriter().visit(fdef)
-    fdef = _ExtremumRewriter().visit(fdef)
+    if extrema:
+        fdef = _ExtremumRewriter().visit(fdef)
     # Inside the factory a `def` of the original name would shadow the module's binding: a
     # kernel that names itself would reach the raw rewritten body instead of the kernel.
     fdef.name = f"{_PREFIX}body"
-    if is_kernel:
+    if is_kernel and returns:
         fdef.body = [_ReturnRewriter().visit(stmt) for stmt in fdef.body]
     freevars = list(code.co_freevars)
     extra = {"type_params": []} if sys.version_info >= (3, 12) else {}

@@ -14,8 +14,12 @@ A target whose resource analysis is expensive (the CPU emits a module to measure
 `defer_resources`: an exhaustive search then admits by geometry and scores first, and runs
 the resource analysis only on the geometry-admitted candidates, once the enumeration is
 done (same verdicts, same ranking; the analysis is per distribution, so most candidates
-share one). A bound-only run (the tunable search's branch and bound) reports a lower bound
-on every admitted candidate's total instead of a selection (status `bounded`): at level 1
+share one). A selection-only run (the tunable search's full runs, which judge an
+assignment by its selection) settles, in rank order, only the distributions it needs to
+find the first candidate that survives the step; its result's `complete()` settles the rest
+(the winner's, and any other a later call uses). A bound-only run (the tunable search's
+branch and bound) reports a lower bound on every admitted candidate's total instead of a
+selection (status `bounded`): at level 1
 the cost policy's own `lower_bound` over each (root order, distribution) group, when the
 policy has one, or the target's own bound over its space (cuda: bound.py) (method
 `policy-bound`; no candidate is admitted); at level 2, or without
@@ -32,6 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tilenest.analysis.memo import per_function
 from tilenest.analysis.resources import ExecutionResources
 from tilenest.analysis.trips import Trips, is_dynamic, trip_counts
 from tilenest.analysis.work import PACKET_LOCAL, ExecutionWork, extract_work
@@ -56,6 +61,10 @@ DEFAULT_BUDGET = 1024
 # The internal option key of a bound-only run (set by the tunable search, never by users:
 # `Kernel.compile` refuses options it does not know).
 BOUND_ONLY = "_bound_only"
+# The internal option key of a selection-only run (the tunable search's full runs): the
+# deferred resource step runs only for the distributions the selection needs, and the
+# result's `complete()` runs the rest when the whole account is wanted.
+SELECT_ONLY = "_select_only"
 PROVEN = {RejectionCategory.SEMANTIC, RejectionCategory.TARGET, RejectionCategory.RESOURCE}
 
 # Planner runs in this process (full and bound-only): what the plan cache's tests and
@@ -83,6 +92,8 @@ class PlannerOptions:
     # Internal (the tunable search): 1 = the cheapest real lower bound (the policy's, else
     # the enumeration's), 2 = the enumeration's (geometry-admitted minimum); status `bounded`.
     bound_only: int = 0
+    # Internal (the tunable search): settle resources for the selection only (`SELECT_ONLY`).
+    select_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,6 +128,15 @@ class PlanningResult:
     # How each dynamic region (DESIGN §3a) was priced: (the region and its source line,
     # `Trips.describe()`), in program order.
     dynamic_trips: tuple[tuple[str, str], ...] = ()
+    # A selection-only run whose resource step left distributions unsettled: its status,
+    # selection and bound are exact, its candidate and rejection lists partial; the
+    # completion runs the rest and returns the result a full run gives.
+    pending: Callable[[], PlanningResult] | None = field(default=None, repr=False,
+                                                         compare=False)
+
+    def complete(self) -> PlanningResult:
+        """This result with every candidate's resource step run (itself when it has)."""
+        return self if self.pending is None else self.pending()
 
     def counts(self) -> dict[str, int]:
         c = Counter(r.category.value for r in self.rejected)
@@ -153,7 +173,11 @@ class _Admitter:
                  policy: CostPolicy, trips: dict[ops.RegionOp, Trips] | None = None) -> None:
         self.fn, self.info, self.cons, self.policy = fn, info, cons, policy
         self.trips = trips if trips is not None else trip_counts(fn) if is_dynamic(fn) else {}
-        self.work: dict[tuple, ExecutionWork] = {}
+        # The planner's own trips (none, or the function's memoized ones): its extracted
+        # work is shared by every planner run on this function (a tunable search's bound
+        # tiers and its full run plan the same Function).
+        shared = not self.trips or self.trips is trip_counts(fn)
+        self.work: dict[tuple, ExecutionWork] = _shared_work(fn) if shared else {}
         self.rank = root_rank(fn)
         self.region = str(root_parallels(fn)[0].loc) if root_parallels(fn) else fn.name
         self.packet_width = info.target().packet_width
@@ -229,12 +253,13 @@ class _Admitter:
         """The candidate's extracted work (shared per root order and distribution) and its
         scheduling quantities."""
         order, kind = c.binding.root_axis_order, c.distribution.kind.value
-        key = (order, c.distribution)
+        key = (order, c.distribution, self.packet_width)
         work = self.work.get(key)
         if work is None:
             # Packet-local work does not depend on the root order (work.py): share it.
             shared = None if kind != PACKET_LOCAL else next(
-                (w for (o, d), w in self.work.items() if d == c.distribution), None)
+                (w for (o, d, p), w in self.work.items()
+                 if d == c.distribution and p == self.packet_width), None)
             work = extract_work(self.fn, order, kind, self.packet_width, self.trips) \
                 if shared is None \
                 else ExecutionWork(shared.phases, shared.packet_width, kind, tuple(order or ()))
@@ -244,6 +269,14 @@ class _Admitter:
     def score(self, c: Candidate) -> CostBreakdown:
         sched = self.work_of(c)
         return checked_breakdown(self.policy.evaluate(c, sched), type(self.policy).__name__)
+
+
+@per_function
+def _shared_work(fn: Function) -> dict[tuple, ExecutionWork]:
+    """The extracted work of `fn` per (root order, distribution, packet width), kept
+    across planner runs (extract_work depends on nothing else but the trips, which the
+    planner derives from `fn` alone)."""
+    return {}
 
 
 def _with_resources(c: Candidate, resources: Resources) -> Candidate:
@@ -280,7 +313,8 @@ def planner_options(options: dict[str, Any], constraints: Constraints) -> Planne
     return PlannerOptions(constraints=constraints, cost_policy=options.get("cost_policy"),
                           budget=budget, seed=options.get("seed"),
                           strategy=options.get("strategy", "auto"),
-                          bound_only=int(options.get(BOUND_ONLY, 0)))
+                          bound_only=int(options.get(BOUND_ONLY, 0)),
+                          select_only=bool(options.get(SELECT_ONLY, False)))
 
 
 def _status(ev: Evaluator, scored: list[ScoredCandidate]) -> str:
@@ -344,10 +378,26 @@ def plan(fn: Function, info: TargetInfo, options: PlannerOptions | None = None
             rejected=[ev.rejected[i] for i in sorted(ev.rejected)], evaluations=0,
             lower_bound=ev.admitted[ev.best][2].total, explored=ev.explored,
             elapsed_ms=(time.perf_counter() - start) * 1e3, **common)
-    if defer:
+    if not (defer and opts.select_only and ev.settle_selection()):
+        if defer:
+            ev.settle()
+        return _result(ev, opts, common, start)
+    partial = _result(ev, opts, common, start)
+
+    def complete() -> PlanningResult:
         ev.settle()
+        return _result(ev, opts, common, start)
+
+    partial.pending = complete
+    return partial
+
+
+def _result(ev: Evaluator, opts: PlannerOptions, common: dict[str, Any], start: float
+            ) -> PlanningResult:
+    """The planner's result over the settled points (every admitted point, unless a
+    selection-only run left some unsettled: `Evaluator.settle_selection`)."""
     scored = []
-    for rank, i in enumerate(ev.ranked()):
+    for rank, i in enumerate(i for i in ev.ranked() if ev.settled(i)):
         cand, realized, cost = ev.admitted[i]
         scored.append(ScoredCandidate(cand, cost, realized, rank + 1))
     status = _status(ev, scored)

@@ -170,7 +170,9 @@ def _collector_paused() -> Iterator[None]:
 
 def search_tunables(declared: Mapping[str, tuple[Any, ...]], fixed: Mapping[str, Any],
                     evaluate: Evaluate, budget: int = ASSIGNMENT_BUDGET,
-                    bounds: Sequence[Evaluate] = ()) -> tuple[TunableSearch, Any]:
+                    bounds: Sequence[Evaluate] = (),
+                    finish: Callable[[Any], None] | None = None
+                    ) -> tuple[TunableSearch, Any]:
     """Plan every assignment of the unfixed tunables (or a budgeted descent over them) and
     return the search record and the winning assignment's payload (None when none plans).
     The cyclic collector is paused meanwhile (`_collector_paused`).
@@ -179,9 +181,14 @@ def search_tunables(declared: Mapping[str, tuple[Any, ...]], fixed: Mapping[str,
     object with `.result` (a `PlanningResult`) or raises a `TileError`. `bounds`, cheapest
     first, do the same as bound-only runs: a result of status `bounded` with a real
     `lower_bound` on every admitted plan of that assignment (method `policy-bound`, or an
-    enumeration's minimum, which ends the tightening), or a final planner result."""
+    enumeration's minimum, which ends the tightening), or a final planner result.
+    `finish(payload)` runs on the winner's payload before the collector resumes (the
+    driver completes a selection-only planner result there)."""
     with _collector_paused():
-        return _search(declared, fixed, evaluate, budget, bounds)
+        record, best = _search(declared, fixed, evaluate, budget, bounds)
+        if finish is not None and best is not None:
+            finish(best)
+        return record, best
 
 
 def _search(declared: Mapping[str, tuple[Any, ...]], fixed: Mapping[str, Any],

@@ -20,6 +20,14 @@ I64 = sc.I64
 # instructions and need no help.
 VECTOR_MATH_PREFIX = tuple(f"tilenest.{n}." for n in ("exp", "log", "tanh", "sigmoid"))
 ElementFn = Callable[[list[ir.Value], ir.Value | None], None]
+# Element visits of a uniform tile (one copy for the whole packet) that a compact
+# `for_each` (the partial buffers of a partitioned reduction: partials.py) unrolls at most:
+# unrolled, a uniform tile is scalar code that LLVM's SLP vectorizer must gather back into
+# vectors, which costs far more compile time than vectorizing the counted loop (jagged_mean's
+# demo: the partition adds, merges and finish of 8 rows of 32 columns were 80% of its
+# 102 KB module; 16 rather than the plan's 64: LLVM optimize + codegen 220 -> 155 ms, the
+# kernel as fast). A tile of at most one 512-bit vector of f32 stays unrolled.
+UNROLLED_UNIFORM_ELEMENTS = 16
 
 
 def c64(v: int) -> ir.Constant:
@@ -203,20 +211,23 @@ class Emitter:
 
     def for_each(self, shape: tuple[int, ...], uniform: bool, fn: ElementFn,
                  bounds: list[tuple[ir.Value, ir.Value]] | None = None, *,
-                 work: int = 1) -> None:
+                 work: int = 1, compact: bool = False) -> None:
         """Visit every element (and lane, unless uniform) of a tile: lanes innermost.
         Unrolled at compile time when the visits times `work` are at most
-        `plan.max_unrolled_tile_elements`, otherwise counted loops. `work` weighs the code
-        one visit emits: 1 for an element, the P partials a reduction row merges in a tree
-        at its end (64 rows of 16 partials unrolled were most of attention's 15k-line
-        module; kept unrolled, short rows keep their results in registers: flash_attention's
-        16 x 4 measured 10% faster so)."""
+        `plan.max_unrolled_tile_elements` (`compact`: at most `UNROLLED_UNIFORM_ELEMENTS`
+        visits of a uniform tile), otherwise counted loops. `work` weighs the code one visit
+        emits: 1 for an element, the P partials a reduction row merges in a tree at its end
+        (64 rows of 16 partials unrolled were most of attention's 15k-line module; kept
+        unrolled, short rows keep their results in registers: flash_attention's 16 x 4
+        measured 10% faster so)."""
         lanes = 1 if uniform else self.lanes
         numel = 1
         for e in shape:
             numel *= e
-        unroll = bounds is None and \
-            numel * lanes * max(1, work) <= self.plan.max_unrolled_tile_elements
+        cap = self.plan.max_unrolled_tile_elements
+        if compact and lanes == 1:
+            cap = min(cap, UNROLLED_UNIFORM_ELEMENTS)
+        unroll = bounds is None and numel * lanes * max(1, work) <= cap
         coords: list[ir.Value] = []
 
         def level(axis: int) -> None:
@@ -262,10 +273,11 @@ class Emitter:
         self.copy(t, dst)
         return dst
 
-    def copy(self, src: Tile, dst: Arr) -> None:
+    def copy(self, src: Tile, dst: Arr, *, compact: bool = False) -> None:
         b = self.b
         self.for_each(dst.shape, dst.uniform and src.uniform,
-                      lambda c, lane: dst.store(b, c, lane, src.load(b, c, lane)))
+                      lambda c, lane: dst.store(b, c, lane, src.load(b, c, lane)),
+                      compact=compact)
 
     def lane_index(self, lane: ir.Value | None) -> ir.Value | None:
         return lane

@@ -55,8 +55,13 @@ class CpuPlan:
         return "CpuPlan(" + ", ".join(parts) + ")"
 
 
-def _fail(field: str, why: str) -> BackendError:
-    return BackendError(f"CpuPlan.{field}: {why}", loc=None)
+class _Problem(Exception):
+    """What `_check` raises: the message only (a BackendError would look up the user's
+    source line on creation, which a planner rejecting candidates never shows)."""
+
+
+def _fail(field: str, why: str) -> _Problem:
+    return _Problem(f"CpuPlan.{field}: {why}")
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,27 @@ class FunctionFacts:
 
 def validate(plan: CpuPlan, fn: Function, packet_width: int,
              facts: FunctionFacts | None = None) -> None:
-    """Raise when the plan cannot be realized for this function on this target (`facts`:
-    the function's, when the caller keeps them across plans)."""
+    """Raise a BackendError when the plan cannot be realized for this function on this
+    target (`facts`: the function's, when the caller keeps them across plans)."""
+    problem = plan_problem(plan, fn, packet_width, facts)
+    if problem is not None:
+        raise BackendError(problem, loc=None)
+
+
+def plan_problem(plan: CpuPlan, fn: Function, packet_width: int,
+                 facts: FunctionFacts | None = None) -> str | None:
+    """Why the plan cannot be realized (`validate`'s message), or None when it can."""
+    try:
+        _check(plan, fn, packet_width, facts)
+    except _Problem as e:
+        return str(e)
+    except BackendError as e:  # raised by what the check calls
+        return e.plain_message
+    return None
+
+
+def _check(plan: CpuPlan, fn: Function, packet_width: int,
+           facts: FunctionFacts | None) -> None:
     if plan.local_lanes not in (0, 1, packet_width):
         raise _fail("local_lanes", f"must be 1 (one program per lane) or {packet_width} (one "
                                    f"program per packet); got {plan.local_lanes}")

@@ -11,18 +11,13 @@ from __future__ import annotations
 
 import math
 import resource as _rlimit
+from collections.abc import Callable
 from dataclasses import fields, replace
 from functools import cache
 from typing import Any
 
-from llvmlite import ir
-
-from tilenest.analysis.resources import (
-    AllocationSite,
-    ExecutionResources,
-    ResourceLimits,
-    summarize,
-)
+from tilenest.analysis.memo import per_function
+from tilenest.analysis.resources import ExecutionResources, ResourceLimits, summarize
 from tilenest.analysis.uses import UseInfo
 from tilenest.analysis.work import ExecutionWork
 from tilenest.backends.cpu.cost import SEED_WEIGHTS as SEED_WEIGHTS
@@ -33,8 +28,9 @@ from tilenest.backends.cpu.cost import SeedCostPolicy as SeedCostPolicy
 from tilenest.backends.cpu.families import FamilyChoice
 from tilenest.backends.cpu.families import choose as choose_families
 from tilenest.backends.cpu.host import host_info
-from tilenest.backends.cpu.plan import CpuPlan, FunctionFacts, default_partitions, validate
-from tilenest.errors import ArgumentError, BackendError
+from tilenest.backends.cpu.plan import CpuPlan, FunctionFacts, default_partitions, plan_problem
+from tilenest.backends.cpu.sites import allocation_sites
+from tilenest.errors import ArgumentError
 from tilenest.ir import ops
 from tilenest.ir.core import Function
 from tilenest.numerics import as_policy
@@ -117,16 +113,6 @@ def measurement_plan(p: CpuPlan) -> CpuPlan:
     return replace(p, microkernel_rows=1, microkernel_vectors=1)
 
 
-def _type_bytes(t: ir.Type) -> int:
-    if isinstance(t, ir.IntType):
-        return max(1, t.width // 8)
-    if isinstance(t, ir.VectorType):
-        return t.count * _type_bytes(t.element)
-    if isinstance(t, ir.ArrayType):
-        return t.count * _type_bytes(t.element)
-    return {ir.HalfType: 2, ir.FloatType: 4, ir.DoubleType: 8}.get(type(t), 8)
-
-
 class CpuTargetInfo:
     """The host CPU as the planner sees it; `settings` are the fixed non-searched fields
     (and `fixed` the searched controls pinned by the caller).
@@ -150,7 +136,7 @@ class CpuTargetInfo:
         self._resources: dict[int, ExecutionResources] = {}
         self._plans: dict[tuple, CpuPlan] = {}
         self._by_binding: dict[int, tuple[Any, Distribution, CpuPlan]] = {}
-        self._checked: dict[CpuPlan, BackendError | None] = {}
+        self._checked: dict[CpuPlan, str | None] = {}  # validate()'s message, or None
         self._validated_fn: tuple[Function, FunctionFacts] | None = None  # validate()
         self._completion: dict[tuple, tuple] = {}
         self._facts: TargetFacts | None = None
@@ -243,14 +229,9 @@ class CpuTargetInfo:
         if p not in self._checked:
             if self._validated_fn is None or self._validated_fn[0] is not fn:
                 self._validated_fn = (fn, FunctionFacts.of(fn))
-            try:
-                validate(p, fn, self.width, self._validated_fn[1])
-                self._checked[p] = None
-            except BackendError as e:
-                self._checked[p] = e
-        err = self._checked[p]
-        if err is not None:
-            msg = err.plain_message
+            self._checked[p] = plan_problem(p, fn, self.width, self._validated_fn[1])
+        msg = self._checked[p]
+        if msg is not None:
             name = msg.split(":", 1)[0].removeprefix("CpuPlan.") if msg.startswith(
                 "CpuPlan.") else "plan"
             raise Admission(RejectionCategory.TARGET, name, msg) from None
@@ -258,18 +239,12 @@ class CpuTargetInfo:
     def resources(self, fn: Function, candidate: Candidate) -> ExecutionResources:
         """B(r), A(r) from the fallback build's own emission (loads snapshot there), which
         bounds the fast build's storage; emitted under `measurement_plan` (the same
-        allocation sites, less code) and cached per distribution."""
-        from tilenest.backends.cpu.lower import emit_module
-
+        allocation sites, less code; the module released at once, `sites.py`) and cached
+        per distribution."""
         lanes = candidate.distribution.programs_per_packet
         if lanes not in self._resources:
             p = self.realize(candidate)
-            emitted = emit_module(fn, measurement_plan(p), self.vector_bits,
-                                  assume_no_alias=False)
-            sites = [AllocationSite(f.name, instr.allocated_type.count,
-                                    _type_bytes(instr.allocated_type.element))
-                     for f in emitted.module.functions for block in f.blocks
-                     for instr in block.instructions if isinstance(instr, ir.AllocaInstr)]
+            sites = allocation_sites(fn, measurement_plan(p), self.vector_bits)
             loads = [op for op in fn.walk() if isinstance(op, ops.Load)]
             stored = UseInfo.of(fn).stored_params
             eligible = sum(1 for op in loads if p.stream_loads and op.tensor not in stored)
@@ -360,6 +335,17 @@ def _constraints(options: dict[str, Any], width: int) -> tuple[Constraints, bool
     return Constraints.of(pairs), fma
 
 
+@per_function
+def _families(fn: Function) -> Callable[[int, frozenset[str]], FamilyChoice]:
+    """`families.choose` of `fn`, once per (vector width, fixed fields): a tunable search's
+    bound-only runs and its full run plan the same Function."""
+    @cache
+    def chosen(vector_bits: int, fixed: frozenset[str]) -> FamilyChoice:
+        return choose_families(fn, vector_bits, fixed)
+
+    return chosen
+
+
 def plan_cpu(fn: Function, options: dict[str, Any]):  # -> (PlanningResult, CpuTargetInfo)
     """Run the planner for `fn` on the host CPU under `options` (no JIT)."""
     vector_bits = host_info().vector_bits
@@ -367,7 +353,7 @@ def plan_cpu(fn: Function, options: dict[str, Any]):  # -> (PlanningResult, CpuT
     policy = as_policy(options.get("policy"))
     cons, fma = _constraints(options, width)
     workers = cons.get("num_threads") or env_num_threads()
-    picked = choose_families(fn, vector_bits, frozenset(k for k, _ in cons.items()))
+    picked = _families(fn)(vector_bits, frozenset(k for k, _ in cons.items()))
     info = CpuTargetInfo(width, workers, vector_bits, cons, fma_requested=fma,
                          allow_fma=policy.allow_fma, partitions=default_partitions(fn),
                          families=picked)

@@ -27,6 +27,8 @@ class Evaluator:
         self.admitted: dict[int, tuple[Candidate, Any, CostBreakdown]] = {}
         self.rejected: dict[int, Rejection] = {}
         self.best: int | None = None
+        # Deferred points whose resource step ran (`settle_selection` settles some only).
+        self._settled: set[int] = set()
 
     @property
     def explored(self) -> int:
@@ -73,19 +75,57 @@ class Evaluator:
 
     def settle(self) -> None:
         """Run the deferred resource step on every point admitted by geometry (in index
-        order); a point it rejects moves to `rejected`, and the incumbent is recomputed."""
+        order; points `settle_selection` settled are not run again); a point it rejects
+        moves to `rejected`, and the incumbent is recomputed."""
         if not self.defer_resources:
             return
         self.defer_resources = False
+        self._settle([i for i in sorted(self.admitted) if i not in self._settled])
+        self.best = min(self.admitted, key=self.key) if self.admitted else None
+
+    def settle_selection(self) -> bool:
+        """The deferred resource step for the selection only: in rank order, the points of
+        each distribution a point belongs to are settled together (in index order, as
+        `settle` runs them: a target's resource analysis may be shared per distribution),
+        until a point survives its step; that point is the incumbent `settle` would give
+        (every point ranked before it was rejected). True when distributions are left
+        unsettled (`settle` runs them later); False when every point was settled."""
+        if not self.defer_resources:
+            return False
+        groups: dict[Any, list[int]] = {}
         for index in sorted(self.admitted):
+            groups.setdefault(self.admitted[index][0].distribution, []).append(index)
+        for index in sorted(self.admitted, key=self.key):
+            if index in self.rejected:
+                continue
+            distribution = self.admitted[index][0].distribution
+            group = groups.pop(distribution, None)
+            if group is not None:
+                self._settle(group)
+            if index in self.admitted:
+                break
+        if not groups:
+            self.defer_resources = False
+            self.best = min(self.admitted, key=self.key) if self.admitted else None
+            return False
+        settled = [i for i in self.admitted if i in self._settled]
+        self.best = min(settled, key=self.key) if settled else None
+        return True
+
+    def settled(self, index: int) -> bool:
+        """Whether the point's resource step ran (or is not deferred)."""
+        return not self.defer_resources or index in self._settled
+
+    def _settle(self, indices: list[int]) -> None:
+        for index in indices:
             cand, realized, cost = self.admitted[index]
             got = self.admitter.settle(cand)
+            self._settled.add(index)
             if isinstance(got, Rejection):
                 del self.admitted[index]
                 self.rejected[index] = got
             else:
                 self.admitted[index] = (got, realized, cost)
-        self.best = min(self.admitted, key=self.key) if self.admitted else None
 
     def terms(self, index: int) -> tuple[float, ...] | None:
         got = self.admitted.get(index)
