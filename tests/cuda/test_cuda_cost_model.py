@@ -197,3 +197,35 @@ def test_short_runs_cost_only_where_no_loop_sweeps_them() -> None:
     gemm = GEMM.ir(a, b, torch.empty(256, 256, dtype=torch.float16), BM=64, BN=64, BK=32)
     [(_, w_gemm)] = phase_work(gemm, CudaPlan())
     assert w_gemm.short_runs == {}
+
+
+# IEEE f32 flash attention (CUDA-core dots: the query block lives in registers across the
+# key loop), device/session18-run4: (D, BM, BN, warps) -> median ms; the first two spilled.
+MEASURED_F32_ATTENTION_SPILLS = {(64, 64, 64, 2): 57.58, (64, 128, 64, 4): 39.76,
+                                 (128, 64, 64, 4): 29.01}
+MEASURED_F32_ATTENTION_FITS = {(64, 64, 64, 4): 1.75, (64, 128, 64, 8): 1.81,
+                               (64, 32, 128, 4): 2.38, (128, 16, 32, 2): 5.89}
+
+
+def _attention_plan(D: int, BM: int, BN: int, warps: int, dtype=torch.float32):
+    q = torch.empty(1, 8, 4096, D, dtype=dtype)
+    o = torch.empty_like(q)
+    fn = EXAMPLES["flash_attention"].kernel.ir(q, q, q, o, BM=BM, BN=BN, CAUSAL=False)
+    return plan_cuda(fn, {"plan": CudaPlan(num_warps=warps, num_stages=3)}, H200)[0]
+
+
+@pytest.mark.parametrize("config", sorted(MEASURED_F32_ATTENTION_SPILLS))
+def test_loop_invariant_register_tiles_count_against_the_registers(config) -> None:
+    result = _attention_plan(*config)
+    assert result.selected is None
+    assert any("registers" in r.reason for r in result.rejected), result.rejected[:1]
+
+
+@pytest.mark.parametrize("config", sorted(MEASURED_F32_ATTENTION_FITS))
+def test_measured_fitting_f32_attention_configs_stay_admitted(config) -> None:
+    assert _attention_plan(*config).selected is not None
+
+
+def test_tensor_core_operands_hold_no_registers_across_the_loop() -> None:
+    # f16: the query block is an mma operand only (shared memory), so BM128 w4 fits.
+    assert _attention_plan(64, 128, 64, 4, torch.float16).selected is not None

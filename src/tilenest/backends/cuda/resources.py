@@ -404,9 +404,9 @@ def _smem_operands(op: Op, tensor_core: bool) -> set:
 
 def register_demand(op: Op, layout: BlockLayout, tensor_core: bool) -> float:
     """An estimate before compiling of the registers one program of a root `parallel`
-    keeps live, summed over its threads: inside a loop, its carries plus twice the largest
-    temporary of its body (a value and what is computed from it); outside loops, twice the
-    largest temporary. Loop results and yielded values reuse the carries' registers; values
+    keeps live, summed over its threads: inside a loop, its carries and the tiles defined
+    before it that its body uses (`_live_ins`) plus twice the largest temporary of its body
+    (a value and what is computed from it); outside loops, twice the largest temporary. Loop results and yielded values reuse the carries' registers; values
     that are only tensor-core operands live in shared memory. Triton allocates registers
     itself: this ranks and admits, it does not allocate."""
     smem = _smem_operands(op, tensor_core)
@@ -432,12 +432,29 @@ def register_demand(op: Op, layout: BlockLayout, tensor_core: bool) -> float:
                 continue
             body = inner.regions[0]
             term = body.terminator
-            visit(body, carried + sum(_tile_regs(v.type, layout) for v in inner.operands
-                                      if isinstance(v.type, TileType)),
+            visit(body, carried + _live_ins(body, smem, layout)
+                  + sum(_tile_regs(v.type, layout) for v in inner.operands
+                        if isinstance(v.type, TileType)),
                   set(term.operands) if term is not None else set())
 
     visit(op.body, 0.0, set())
     return worst
+
+
+def _live_ins(body: Region, smem: set, layout: BlockLayout) -> float:
+    """Registers of the tiles a loop body uses that are defined before the loop and are not
+    its carries (a loop-invariant operand, such as attention's query block under IEEE f32,
+    where `mma` operands are registers): live on every trip."""
+    defined: set = set(body.args)
+    used: dict = {}
+    for inner in body.walk():
+        defined.update(inner.results)
+        for region in inner.regions:
+            defined.update(region.args)
+        for v in inner.operands:
+            if isinstance(v.type, TileType) and v not in smem:
+                used[id(v)] = v
+    return sum(_tile_regs(v.type, layout) for v in used.values() if v not in defined)
 
 
 def registers_per_thread(demand: float, threads: int) -> int:
