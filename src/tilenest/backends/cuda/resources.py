@@ -406,9 +406,10 @@ def register_demand(op: Op, layout: BlockLayout, tensor_core: bool) -> float:
     """An estimate before compiling of the registers one program of a root `parallel`
     keeps live, summed over its threads: inside a loop, its carries and the tiles defined
     before it that its body uses (`_live_ins`) plus twice the largest temporary of its body
-    (a value and what is computed from it); outside loops, twice the largest temporary. Loop results and yielded values reuse the carries' registers; values
-    that are only tensor-core operands live in shared memory. Triton allocates registers
-    itself: this ranks and admits, it does not allocate."""
+    (a value and what is computed from it); outside loops, twice the largest temporary.
+    Loop results and yielded values reuse the carries' registers; values that are only
+    tensor-core operands live in shared memory. Triton allocates registers itself: this
+    ranks and admits, it does not allocate."""
     smem = _smem_operands(op, tensor_core)
     worst = 0.0
 
