@@ -172,9 +172,9 @@ def _tanh_add(X, R, Y, *, BM=4, BN=64):
 
 
 def test_first_reads_of_dram_sized_tensors_are_not_interleaved() -> None:
-    from tilenest.backends.cpu.caches import llc_share_bytes
+    from tilenest.backends.cpu.caches import last_level_cache_bytes
 
-    rows = llc_share_bytes() // (4096 * 4) + 8
+    rows = last_level_cache_bytes() // (4096 * 4) + 8
     big = np.zeros((rows, 4096), np.float32)
     plan = CpuPlan(math_interleave=4)
     # Each input tile is read once, by the math loop: a DRAM stream.

@@ -49,10 +49,10 @@ def last_level_cache_bytes() -> int:
 @functools.cache
 def llc_share_bytes() -> int:
     """The part of the last-level cache this process can count on holding its data: the
-    cache, at most `LLC_SHARE_PER_CPU` for each CPU the process may run on. The rules that
-    ask whether a tensor stays cached between its passes (non-temporal stores, cold first
-    reads: rules_memory.py, their prices in family_cost.py) read this; flushing and
-    rotating buffers (to evict the cache) read the whole `last_level_cache_bytes`."""
+    cache, at most `LLC_SHARE_PER_CPU` for each CPU the process may run on. The store-path
+    rule (non-temporal stores for outputs past it: rules_memory.py, its price in
+    family_cost.py) reads this; flushing and rotating buffers (to evict the cache) and the
+    cold-first-read rule read the whole `last_level_cache_bytes`."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
