@@ -216,3 +216,16 @@ def test_contiguous_run_counts_whole_adjacent_rows() -> None:
     padded = TensorType(tn.f32, (8192, 1024), (1040, 1))   # a row pitch past the row
     assert contiguous_run_bytes((8, 1024), padded) == 4096
     assert contiguous_run_bytes((8, 1), TensorType(tn.f32, (8192, 1024), (1, 8192))) == 4
+
+
+def test_lowering_key_holds_the_cache_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The size rules read the cache sizes, so the lowering cache keys them: a process
+    pinned to fewer CPUs (a smaller share) never reuses another's store-path choice."""
+    from tilenest.backends.cpu import caches
+    from tilenest.backends.cpu.lower import lowering_key
+
+    x = np.zeros((8, 4096), np.float32)
+    fn = _ir(_softmax_rows, x, x, N=4096)
+    before = lowering_key(fn, CpuPlan(), 256, True)
+    monkeypatch.setattr(caches, "llc_share_bytes", lambda: 1 << 20)
+    assert lowering_key(fn, CpuPlan(), 256, True) != before

@@ -101,12 +101,16 @@ def lower_function(fn: Function, plan: CpuPlan, vector_bits: int, *,
 def lowering_key(fn: Function, plan: CpuPlan, vector_bits: int, assume_no_alias: bool) -> str:
     """Everything the emitted text depends on: the TileIR (its printed form, which names
     every type, attribute and constant), each op's full source location (run-time error
-    messages name it), the plan, the vector width, the alias assumption, tilenest's code."""
+    messages name it), the plan, the vector width, the alias assumption, the cache sizes
+    the store-path and cold-read rules ask (`caches.py`: the share depends on the CPUs this
+    process may run on), tilenest's code."""
+    from tilenest.backends.cpu.caches import last_level_cache_bytes, llc_share_bytes
     from tilenest.ir.printer import print_function
 
     h = hashlib.sha256()
     for part in (_LOWERING_FORMAT, source_fingerprint(), repr(plan), vector_bits,
-                 assume_no_alias, print_function(fn)):
+                 assume_no_alias, last_level_cache_bytes(), llc_share_bytes(),
+                 print_function(fn)):
         h.update(str(part).encode())
         h.update(b"\0")
     for op in fn.walk():
