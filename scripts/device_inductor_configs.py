@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +22,18 @@ OUT = os.environ.get("OUT", "/tmp")
 def autotuners() -> list:
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
-    return [o for o in gc.get_objects() if isinstance(o, CachingAutotuner)]
+    found = []
+    for o in gc.get_objects():
+        # Weak proxies forward isinstance's __class__ lookup to their referent, and a dead
+        # one raises ReferenceError (the probe's failure on the H200 in session 17).
+        if type(o) in (weakref.ProxyType, weakref.CallableProxyType):
+            continue
+        try:
+            if isinstance(o, CachingAutotuner):
+                found.append(o)
+        except ReferenceError:
+            continue
+    return found
 
 
 def describe(config) -> dict:
