@@ -113,15 +113,20 @@ def default_db(target: str) -> Path:
     return cache_root() / f"calibration-{target}.sqlite3"
 
 
+def case_dtype(example: Any, target: str) -> str:
+    """The target's calibration dtype where the example declares it, else its own first
+    (the f32-only examples calibrate cuda in f32: IEEE dots, CUDA-core work)."""
+    return DTYPES[target] if DTYPES[target] in example.dtypes else example.dtypes[0]
+
+
 def _args(example: Any, shape: dict[str, int], target: str) -> list[Any]:
     import numpy as np
 
     from tilenest.examples.common import Case
 
     lib = "torch" if target == "cuda" else "numpy"
-    # The target's calibration dtype where the example declares it, else its own first.
-    dtype = DTYPES[target] if DTYPES[target] in example.dtypes else example.dtypes[0]
-    args = example.prepare(np.random.default_rng(0), Case(shape), dtype, lib).args
+    args = example.prepare(np.random.default_rng(0), Case(shape), case_dtype(example, target),
+                           lib).args
     if target == "cuda":
         args = [a.cuda() if hasattr(a, "cuda") else a for a in args]
     return args

@@ -40,3 +40,16 @@ def test_key_parsers() -> None:
     assert not cal._policy("IEEE").allow_tf32
     t = cal._empty_tensor("A=torch:cuda:f16[4x6]/6,1")
     assert tuple(t.shape) == (4, 6) and t.stride() == (6, 1)
+
+
+def test_training_cases_take_a_dtype_each_example_declares() -> None:
+    from benchmarks.calibrate import TRAINING, case_dtype
+
+    from tilenest.examples import EXAMPLES
+
+    for target, (cases, _) in TRAINING.items():
+        for name, _shape, _why in cases:
+            ex = EXAMPLES[name]
+            assert case_dtype(ex, target) in ex.dtypes
+    assert case_dtype(EXAMPLES["gemm"], "cuda") == "f16"
+    assert case_dtype(EXAMPLES["layernorm"], "cuda") == "f32"  # declares f32 only
