@@ -42,6 +42,15 @@ def _same(partial, full) -> None:
     assert _whole(done) == _whole(full)
 
 
+def _full_and_partial(fn, budget: int) -> tuple:
+    """A full and a selection-only run of `fn` on fresh CPU targets with this budget."""
+
+    def info() -> CpuTargetInfo:
+        return CpuTargetInfo(packet_width(), 2, host_info().vector_bits, budget=budget)
+
+    return plan(fn, info(), PlannerOptions()), plan(fn, info(), PlannerOptions(select_only=True))
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_selection_only_is_the_full_runs_selection(name: str) -> None:
     fn = _fn(name)
@@ -66,12 +75,7 @@ def test_selection_only_under_resource_rejections(budget: int) -> None:
     settles everything: nothing is left pending)."""
     x = np.ones(1 << 16, np.float32)
     fn = big_tile.ir(x, np.empty_like(x))
-
-    def info() -> CpuTargetInfo:
-        return CpuTargetInfo(packet_width(), 2, host_info().vector_bits, budget=budget)
-
-    full = plan(fn, info(), PlannerOptions())
-    partial = plan(fn, info(), PlannerOptions(select_only=True))
+    full, partial = _full_and_partial(fn, budget)
     _same(partial, full)
     if full.selected is None:
         assert partial.pending is None and _whole(partial) == _whole(full)
@@ -96,12 +100,7 @@ def test_selection_only_past_a_rejected_first_distribution(tight: bool) -> None:
     budget = 2 * packet_width() if tight else 1 << 20
     x = np.ones(1 << 12, np.float32)
     fn = small_tile.ir(x, np.empty_like(x))
-
-    def info() -> CpuTargetInfo:
-        return CpuTargetInfo(packet_width(), 2, host_info().vector_bits, budget=budget)
-
-    full = plan(fn, info(), PlannerOptions())
-    partial = plan(fn, info(), PlannerOptions(select_only=True))
+    full, partial = _full_and_partial(fn, budget)
     _same(partial, full)
     first = full.candidates[0].candidate.distribution.kind.value
     if tight:

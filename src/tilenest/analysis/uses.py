@@ -33,7 +33,6 @@ class UseInfo:
         read-only."""
         return _use_info(fn)
 
-
     def users(self, v: Value) -> list[Op]:
         return self.uses.get(v, [])
 

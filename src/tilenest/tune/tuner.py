@@ -164,13 +164,14 @@ def _time(rows: list[TuneRow], rotations: dict[int, m.Rotation], bench: Bench, b
     if winner is None:
         return None, None
     pick = next((r for r in eligible if r.role == "default"), None)
-    rotation = list(rotations.values())[ok.index(winner)]
+    timed = list(rotations.values())  # in `ok` order
+    rotation = timed[ok.index(winner)]
     if pick is None or pick is winner:
         bar.phase("winner", timing.rounds)
         return winner, m.measure({0: rotation}, bench.device, timing, bar.advance,
                                  count=False)[0]
     bar.phase("winner", 2 * timing.rounds)
-    final = m.measure({0: rotation, 1: list(rotations.values())[ok.index(pick)]},
+    final = m.measure({0: rotation, 1: timed[ok.index(pick)]},
                       bench.device, timing, bar.advance, count=False)
     ratio = final[0].median / final[1].median if final[1].median else 0.0
     if ratio < 1.0 - KEEP_DEFAULT_MARGIN:

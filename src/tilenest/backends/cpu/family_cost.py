@@ -86,6 +86,14 @@ def contiguous_run_bytes(shape: tuple, tensor: TensorType) -> int:
             break
         run *= ext[i - 1]
     return run
+
+
+def size_rule_streams(shape: tuple, tensor: TensorType, llc_bytes: int) -> bool:
+    """`nontemporal_stores=None`'s rule (rules_memory._streams asks it with the process's
+    LLC share, the price with the host's): stream a tensor larger than the cache share when
+    the tile writes at least `STREAM_MIN_RUN_BYTES` without a gap."""
+    return (_tensor_bytes(tensor) > llc_bytes
+            and contiguous_run_bytes(shape, tensor) >= STREAM_MIN_RUN_BYTES)
 # The ops lowered to a vecmath call; each calls the vecmath function of its own name.
 MATH_OPS = (ops.Exp, ops.Log, ops.Tanh, ops.Sigmoid)
 
@@ -193,9 +201,8 @@ def store_price(op: ops.Store, choice: bool | None, host: HostShape, w: Mapping[
     assert isinstance(tensor, TensorType)
     shape = op.shape
     size = _tensor_bytes(tensor)
-    if choice is None:  # the size rule of rules_memory._streams
-        choice = (size > host.llc_bytes
-                  and contiguous_run_bytes(shape, tensor) >= STREAM_MIN_RUN_BYTES)
+    if choice is None:
+        choice = size_rule_streams(shape, tensor, host.llc_bytes)
     if not choice:  # an empty tensor stores nothing (and has no read-for-ownership)
         return w["rfo"] * max(0.0, 1.0 - host.llc_bytes / size) if size else 0.0
     if not _streamable(op, host):

@@ -21,7 +21,7 @@ from llvmlite import ir
 from tilenest.backends.cpu import scalars as sc
 from tilenest.backends.cpu.caches import last_level_cache_bytes, llc_share_bytes
 from tilenest.backends.cpu.emitter import Emitter, c64
-from tilenest.backends.cpu.family_cost import STREAM_MIN_RUN_BYTES, contiguous_run_bytes
+from tilenest.backends.cpu.family_cost import size_rule_streams
 from tilenest.backends.cpu.reprs import Arr, Idx, Tile
 from tilenest.backends.cpu.rules import lowering
 from tilenest.ir import ops
@@ -325,16 +325,14 @@ STAGE_ELEMENTS = 4096
 
 def _streams(em: Emitter, region: Region) -> bool:
     """Whether this store takes the staged non-temporal path: the plan asks for it (or
-    leaves it to the size rule: the tensor is larger than the process's share of the
-    last-level cache and the tile writes at least `family_cost.STREAM_MIN_RUN_BYTES` without
-    a gap), the rows are contiguous in
-    memory, the element is a 4- or 8-byte register type, and a row holds a whole vector."""
+    leaves it to the size rule, `family_cost.size_rule_streams`, at the process's share of
+    the last-level cache), the rows are contiguous in memory, the element is a 4- or 8-byte
+    register type, and a row holds a whole vector."""
     choice = em.plan.nontemporal_stores
     tensor = region.tensor
     if choice is False or not region.kept or em.facts.vector_bits < 128:
         return False
-    if choice is None and (tensor_bytes(tensor) <= llc_share_bytes() or contiguous_run_bytes(
-            region.shape, tensor) < STREAM_MIN_RUN_BYTES):
+    if choice is None and not size_rule_streams(region.shape, tensor, llc_share_bytes()):
         return False
     dtype = tensor.dtype
     if dtype.is_bool or dtype.name in ("f16", "bf16") or dtype.bits not in (32, 64):

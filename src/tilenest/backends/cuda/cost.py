@@ -150,9 +150,9 @@ H200_RATES: dict[str, float] = {
 FMA_READS = 4.74
 TERMS = ("memory", "l2", "dot", "misaligned", "k_strided", "vector", "step", "wave_tail",
          "latency", "shallow", "exposed", "programs", "launch", "copy")
-PHASE_TERMS = ("memory", "l2", "dot", "misaligned", "k_strided", "vector", "step",
-               "wave_tail", "latency", "shallow", "exposed", "programs", "launch", "time")
-"""What `GpuCostPolicy.phase` returns, in order: the terms, then the phase's time."""
+PHASE_TERMS = (*TERMS[:-1], "time")
+"""What `GpuCostPolicy.phase` returns, in order: the terms of one phase (all but `copy`,
+which the schedule's operand copies add), then the phase's time."""
 UNIT = "model seconds on the target's facts (relative until calibrated)"
 
 
@@ -362,16 +362,19 @@ class GpuCostPolicy(CostPolicy):
 
     def _total(self, schedule: tuple[Mapping[str, float], ...]) -> float:
         """`_evaluate`'s total alone: the same sums in the same order, without the terms."""
-        w = self.weights
         total = copy = 0.0
         for s in schedule:
             total += self._phase(s)[-1]
-            copy += s.get("copy_bytes", 0.0) / max(w["bandwidth"], 1e-30) \
-                + s.get("copies", 0.0) * w["launch_s"]
+            copy += self._copy(s)
         return total + copy
 
-    def _evaluate(self, work: ScheduledWork) -> CostBreakdown:
+    def _copy(self, s: Mapping[str, float]) -> float:
+        """The `copy` term of one phase: its operand copies' bytes and launches."""
         w = self.weights
+        return s.get("copy_bytes", 0.0) / max(w["bandwidth"], 1e-30) \
+            + s.get("copies", 0.0) * w["launch_s"]
+
+    def _evaluate(self, work: ScheduledWork) -> CostBreakdown:
         terms = dict.fromkeys(TERMS, 0.0)
         total = 0.0
         for s in work.schedule:
@@ -379,7 +382,6 @@ class GpuCostPolicy(CostPolicy):
             total += got[-1]
             for name, v in zip(PHASE_TERMS[:-1], got, strict=False):
                 terms[name] += v
-            terms["copy"] += s.get("copy_bytes", 0.0) / max(w["bandwidth"], 1e-30) \
-                + s.get("copies", 0.0) * w["launch_s"]
+            terms["copy"] += self._copy(s)
         total += terms["copy"]
         return CostBreakdown(tuple(terms.items()), total, UNIT)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tilenest.backends.cuda.plan import largest_tile
 from tilenest.backends.cuda.resources import loops_as_loop
 from tilenest.ir import ops
 from tilenest.ir.core import Function, Op
-from tilenest.ir.types import TileType
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def op_facts(fn: Function) -> OpFacts:
     """The facts of one walk over `fn`."""
     walked = tuple(fn.walk())
     mmas, loops = [], []
-    largest, dynamic = 1, False
+    dynamic = False
     for op in walked:
         if isinstance(op, ops.Mma):
             mmas.append(op)
@@ -46,7 +46,4 @@ def op_facts(fn: Function) -> OpFacts:
             dynamic = True
         if loops_as_loop(op):
             loops.append(op)
-        for r in op.results:
-            if isinstance(r.type, TileType):
-                largest = max(largest, r.type.size)
-    return OpFacts(walked, tuple(mmas), tuple(loops), largest, dynamic)
+    return OpFacts(walked, tuple(mmas), tuple(loops), largest_tile(fn, walked), dynamic)
