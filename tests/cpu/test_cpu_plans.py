@@ -74,7 +74,7 @@ def _variants(rank: int) -> dict[str, list[dict[str, Any]]]:
                             {"root_axis_order": tuple(reversed(range(rank)))}],
         "block_size": [{"block_size": b} for b in (1, 3, 64)],
         "blocks_per_task": [{"blocks_per_task": b} for b in (1, 4)],
-        "reduction_partitions": [{"reduction_partitions": p} for p in (1, 4, 16)],
+        "reduction_partitions": [{"reduction_partitions": p} for p in (1, 4, 16, 64)],
         "max_unrolled_tile_elements": [{"max_unrolled_tile_elements": n} for n in (0, 64, 4096)],
         "fuse_elementwise": [{"fuse_elementwise": f} for f in (True, False)],
         "stream_loads": [{"stream_loads": s} for s in (True, False)],
@@ -191,7 +191,7 @@ def _grid_scale(X, Y, *, BR=4, BC=8):
     ({"local_lanes": 3}, "local_lanes"),
     ({"local_lanes": W + 1 if W != 1 else 5}, "local_lanes"),
     ({"reduction_partitions": 0}, "reduction_partitions"),
-    ({"reduction_partitions": 17}, "reduction_partitions"),
+    ({"reduction_partitions": 65}, "reduction_partitions"),
     ({"root_axis_order": (0,)}, "root_axis_order"),
     ({"root_axis_order": (0, 0)}, "root_axis_order"),
     ({"root_axis_order": (1, 2)}, "root_axis_order"),
@@ -236,7 +236,7 @@ def test_valid_edge_plans_run() -> None:
     x = rng.standard_normal((9, 20)).astype(np.float32)
     ref = np.full((9, 20), np.nan, np.float32)
     tn.interpret(_grid_scale, x, ref)
-    for plan in (CpuPlan(reduction_partitions=1), CpuPlan(reduction_partitions=16),
+    for plan in (CpuPlan(reduction_partitions=1), CpuPlan(reduction_partitions=64),
                  CpuPlan(local_lanes=1, block_size=W), CpuPlan(root_axis_order=(1, 0)),
                  CpuPlan(local_lanes=0, block_size=5, blocks_per_task=3)):
         y = np.full((9, 20), np.nan, np.float32)

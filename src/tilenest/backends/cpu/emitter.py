@@ -43,6 +43,18 @@ def row_major(shape: tuple[int, ...], lanes: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+class _PreferWidth(ir.FunctionAttributes):
+    """A function's attributes plus LLVM's string attribute `prefer-vector-width` (which
+    llvmlite's attribute sets do not spell)."""
+
+    def __init__(self, base: ir.FunctionAttributes, bits: int) -> None:
+        super().__init__(base)
+        self.bits = bits
+
+    def _to_list(self, ret_type: ir.Type) -> list[str]:
+        return [*super()._to_list(ret_type), f'"prefer-vector-width"="{self.bits}"']
+
+
 class Emitter:
     """Emits one phase function: `void phase(i8** args, i64 start, i64 end)`."""
 
@@ -67,6 +79,8 @@ class Emitter:
         self.errors = errors
         self.nontemporal_stores = False  # set by stores that stream (finish() fences)
         self.cold_reads = False  # the loops being emitted read cold tensor memory (stores)
+        self.streamed_reads = False  # ... read tensor memory for the only time (stores)
+        self.warm_math = False  # an interleaved math loop re-reads warm data (finish())
         # reduce op -> (per-row partition partials, the materialized tile): axis reductions
         # accumulated in the loop that materialized their input (rules_reduce).
         self.fused_partials: dict[Op, tuple[Arr, Arr]] = {}
@@ -91,6 +105,14 @@ class Emitter:
 
     def finish(self) -> None:
         self._alloca_builder.branch(self.body_start)
+        if self.warm_math and self.facts.vector_bits >= 512:
+            # LLVM tunes AVX-512 hosts of Ice Lake and later to vectorize its loops at 256
+            # bits, half the width of the plan's own packets. A phase whose interleaved
+            # math loops re-read rows already in L1/L2 is compute-bound there: at 512 bits
+            # softmax 4096^2 measured 10.1 -> 8.3 ms (2 threads). Phases whose math loops
+            # read tensors for the only time (`Arr.once`: swiglu, gelu) keep LLVM's
+            # choice: at 512 bits they measured 8-11% slower.
+            self.function.attributes = _PreferWidth(self.function.attributes, 512)
         if self.nontemporal_stores:
             # Non-temporal stores are weakly ordered: make them visible before the phase
             # returns to the pool (whose completion signal then publishes them). On x86
@@ -177,6 +199,7 @@ class Emitter:
                     math = True
         if not math:
             return
+        self.warm_math = self.warm_math or not self.streamed_reads
         self._loop_metadata(back_edge, [self.module.add_metadata([ir.MetaDataString(
             self.module, "llvm.loop.interleave.count"), ir.Constant(sc.I32, count)])])
 

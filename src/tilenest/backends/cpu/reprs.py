@@ -46,6 +46,9 @@ class Arr:
     # A view of a tensor larger than the LLC read once, by one consumer: its loop is the
     # first touch of that memory (a DRAM stream), not a re-read of cache-resident data.
     cold: bool = False
+    # A view of a tensor read in place by its only consumer, whatever the tensor's size: its
+    # loop is the one read of that memory (streamed in), not a re-read of a row in L1/L2.
+    once: bool = False
 
     @property
     def uniform(self) -> bool:

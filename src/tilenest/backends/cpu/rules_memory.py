@@ -127,8 +127,8 @@ def _load(em: Emitter, op: ops.Load) -> None:
         # Against the whole cache, not the process's share (caches.llc_share_bytes): on the
         # 2-vCPU Xeon VM (a 480 MiB L3) interleaved math loops reading 64 MiB inputs ran
         # 1.3-1.45x faster (swiglu, gelu 4096^2); on znver3 (32 MiB) they ran slower.
-        view.cold = (len(em.facts.uses.users(op.result)) == 1
-                     and tensor_bytes(region.tensor) > last_level_cache_bytes())
+        view.once = len(em.facts.uses.users(op.result)) == 1
+        view.cold = view.once and tensor_bytes(region.tensor) > last_level_cache_bytes()
         em.env[op.result] = view
         return
     dst = em.new_array(t.dtype, t.shape, region.uniform, owner=op.result)
@@ -289,6 +289,7 @@ def _store(em: Emitter, op: ops.Store) -> None:
         return
     streamed = _streams(em, region)
     cold = any(getattr(leaf, "cold", False) for leaf in value.leaves())
+    once = any(getattr(leaf, "once", False) for leaf in value.leaves())
 
     def one_lane(lane: ir.Value | None) -> None:
         dst = region.memory_view(lane)
@@ -312,9 +313,10 @@ def _store(em: Emitter, op: ops.Store) -> None:
             return
         em.for_each(region.extents, True, put, bounds=bounds)
 
-    outer_cold, em.cold_reads = em.cold_reads, cold
+    outer = em.cold_reads, em.streamed_reads
+    em.cold_reads, em.streamed_reads = cold, once
     region.per_lane(one_lane)
-    em.cold_reads = outer_cold
+    em.cold_reads, em.streamed_reads = outer
 
 
 # ---------------------------------------------------------------------- streaming stores

@@ -100,7 +100,8 @@ def _reshape(em: Emitter, op: Reshape) -> None:
         strides = view_strides(src.shape, x.strides, dst.shape)
         if strides is not None:
             em.env[op.result] = Arr(x.ptr, x.dtype, dst.shape, strides, x.lane_stride,
-                                    x.offset, x.space, None, cold=x.cold)
+                                    x.offset, x.space, None, cold=x.cold,
+                                    once=x.once)
             return
     to_src = _coords_map(src.shape, dst.shape)
 

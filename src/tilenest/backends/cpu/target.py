@@ -355,7 +355,7 @@ def plan_cpu(fn: Function, options: dict[str, Any]):  # -> (PlanningResult, CpuT
     workers = cons.get("num_threads") or env_num_threads()
     picked = _families(fn)(vector_bits, frozenset(k for k, _ in cons.items()))
     info = CpuTargetInfo(width, workers, vector_bits, cons, fma_requested=fma,
-                         allow_fma=policy.allow_fma, partitions=default_partitions(fn),
+                         allow_fma=policy.allow_fma, partitions=default_partitions(fn, width),
                          families=picked)
     opts = planner_options(options, cons)
     return plan(fn, info, opts), info
