@@ -160,11 +160,12 @@ def mma_operand_ops(m: int, n: int, k: int, width: int, atom: str, rows: int, ve
     `mma` call on an (m, n, k) tile under `atom`; a stream is (elements read, the bytes that
     must stay cached between its reads).
 
-    Microkernel: B is packed into panels of V vectors and A into contiguous rows (one load
-    and one store per vector each); for each B panel, every MR-row panel of A runs its k
-    loop: it loads and stores its MR x V accumulators once and, per k step, loads V vectors
-    of B and broadcasts MR scalars of A. The B panel (K x V*W) is re-read by every row
-    panel, packed A once per column panel, the output tile once per call. Ordered: per
+    Microkernel: B is packed into panels of V vectors (one load and one store per vector)
+    and A into k-major row panels (one load and one store per element); for each B panel,
+    every MR-row panel of A runs its k loop: it loads and stores its MR x V accumulators
+    once and, per k step, loads V vectors of B and broadcasts MR scalars of A. The B panel
+    (K x V*W) is re-read by every row panel, packed A once per column panel, the output
+    tile once per call. Ordered: per
     (m, k) one scalar of A, then per output vector a load of B, a load and a store of the
     output; B is re-read for every row."""
     nvec = float(n) if per_lane else float(-(-n // width))
@@ -174,8 +175,13 @@ def mma_operand_ops(m: int, n: int, k: int, width: int, atom: str, rows: int, ve
     row_panels = -(-m // rows)
     col_panels = -(-int(nvec) // vectors)
     blocks = row_panels * col_panels
+    # Packing: B in vectors (a load and a store per vector), A element by element (its
+    # k-major panels interleave rows: one scalar load and one store per element). Pricing
+    # A's packing per vector made narrow tiles look free: every column tile packs the
+    # whole A row panel again, and 1000x1030x999 ran 21 ms at BN=32 (the pick) against
+    # 16.3 at BN=128 (quiet AVX-512 Xeon, 2 threads).
     ops = (k * blocks * (vectors + rows) + 2.0 * blocks * rows * vectors
-           + 2.0 * (k * nvec + m * -(-k // width)))
+           + 2.0 * (k * nvec + m * k))
     spilled = 0.0
     if rows * vectors + vectors + 1 + (0 if fma else 2) > registers:
         spilled = 2.0 * k * blocks * rows * vectors
