@@ -12,11 +12,9 @@ import re
 import statistics
 import sys
 
-import numpy as np
 import torch
 
-from tilenest.examples import EXAMPLES
-from tilenest.examples.common import Case
+from tilenest.examples import EXAMPLES, empty_args
 
 CASES = [("layernorm", {"M": 16384, "N": 4096}, "f16"), ("rmsnorm", {"M": 16384, "N": 4096}, "f16"),
          ("softmax", {"M": 16384, "N": 4096}, "f16"), ("layernorm", {"M": 8192, "N": 8192}, "f32"),
@@ -39,9 +37,11 @@ def main() -> int:
     rows_out = []
     for name, shape, dtype in CASES:
         ex = EXAMPLES[name]
-        run = ex.prepare(np.random.default_rng(0), Case(shape), dtype=dtype, lib="torch",
-                         layout="contiguous")
-        args = [a.cuda() if hasattr(a, "cuda") else a for a in run.args]
+        args = [a.cuda() if hasattr(a, "cuda") else a
+                for a in empty_args(ex, shape, dtype, lib="torch")]
+        for a in args:
+            if hasattr(a, "is_floating_point") and a.is_floating_point():
+                a.normal_()
         plain = ex.kernel.compile(*args, target="cuda")
         contenders = {f"plain {dict(plain.constants)} w{plain.plan.num_warps}": plain}
         for rows in (1, 2, 4, 8):
