@@ -21,7 +21,7 @@ from tilenest.backends.cpu.plan import CpuPlan
 from tilenest.backends.cpu.target import packet_width
 
 W = packet_width()
-PARTITIONS = (1, 2, 3, 4, 7, 16)
+PARTITIONS = (1, 2, 3, 4, 7, 16, 64)  # 64: four AVX-512 vectors (default_partitions)
 ROWS = 6  # three programs of two rows each: programs share one packet under local_lanes=1
 
 Combine = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -34,7 +34,8 @@ COMBINES: dict[str, Combine] = {
 
 
 def _extents(p: int) -> list[int]:
-    return sorted({0, 1, 3, p, p + 1, 2 * p + 3, 100})
+    # 2p and 4p: whole groups only, where a power-of-two P merges as a vector tree.
+    return sorted({0, 1, 3, p, p + 1, 2 * p, 2 * p + 3, 4 * p, 100})
 
 
 def partition_model(contributions: list[np.ndarray], init: np.ndarray, p: int,

@@ -165,9 +165,8 @@ def mma_operand_ops(m: int, n: int, k: int, width: int, atom: str, rows: int, ve
     every MR-row panel of A runs its k loop: it loads and stores its MR x V accumulators
     once and, per k step, loads V vectors of B and broadcasts MR scalars of A. The B panel
     (K x V*W) is re-read by every row panel, packed A once per column panel, the output
-    tile once per call. Ordered: per
-    (m, k) one scalar of A, then per output vector a load of B, a load and a store of the
-    output; B is re-read for every row."""
+    tile once per call. Ordered: per (m, k) one scalar of A, then per output vector a load
+    of B, a load and a store of the output; B is re-read for every row."""
     nvec = float(n) if per_lane else float(-(-n // width))
     if atom != "microkernel" or per_lane:
         return (m * k * (3.0 * nvec + 1.0), 0.0,

@@ -49,6 +49,7 @@ class _PreferWidth(ir.FunctionAttributes):
 
     def __init__(self, base: ir.FunctionAttributes, bits: int) -> None:
         super().__init__(base)
+        self.alignstack, self.personality = base.alignstack, base.personality
         self.bits = bits
 
     def _to_list(self, ret_type: ir.Type) -> list[str]:
