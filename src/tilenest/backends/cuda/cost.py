@@ -45,7 +45,11 @@ dot flops by operand kind, and the padded (m, n) of each `mma` with its flop sha
                  counts, e.g. a deeper pipeline's shorter latency chain)
     occupancy  = for a phase without a loop (whole-tile programs), memory is multiplied by
                  1 + occupancy_loss * max(0, 1 - resident * threads / occupancy_threads)
-                 (too few threads per SM to keep its DRAM traffic in flight), and a program
+                 (too few threads per SM to keep its DRAM traffic in flight), then by
+                 max(1, (T + L) / (min(resident, programs / SMs) * T)) when the program
+                 reduces across its warps (T: its DRAM-served bytes at the SM's share of the
+                 bandwidth; L = reductions * reduction_latency_s: while every resident
+                 program waits on its reductions no load is in flight), and a program
                  alone on its SM exposes its CUDA-core work:
                  exposed = rounds * SMs * core / programs when resident == 1, else 0
     phase      = bound + shallow + exposed + rounds * program_s / resident + launch_s
@@ -143,6 +147,17 @@ H200_RATES: dict[str, float] = {
     # warps (768 threads) 0.1343 and 4 warps (384) 0.1343; LayerNorm ROWS=2 (1 resident)
     # 0.146-0.148 ms against ROWS=1 0.1326-0.1340. Leads fit to those points.
     "occupancy_threads": 1024.0, "occupancy_loss": 0.03,
+    # A whole-tile program that reduces across its warps stalls its DRAM traffic for its
+    # reductions' latency chain (each a round trip through shared memory and a barrier):
+    # per SM, `resident` programs keep the memory busy only while their bytes outlast
+    # that chain (Little's law). Memory time is multiplied by max(1, (T + L) / (resident *
+    # T)), T a program's DRAM-served bytes at the SM's share of the bandwidth, L this
+    # latency per reduce op the program runs. Fit to the H200 LayerNorm f16 16384x4096
+    # sweep (two reductions; session19-run2, compiled residency): ROWS2 w16 / w8 (2
+    # resident, T 1.1 us) 0.096 ms, ROWS2 w4 (3) 0.0747, ROWS4 w8 (2) 0.0758, ROWS1 w4 (4)
+    # 0.0796, ROWS4 w16 (1) 0.118, copy 0.0693; it overstates the f32 8192^2 rows (1
+    # resident: 1.10x measured, 1.46x by the term).
+    "reduction_latency_s": 1e-06,
 }
 # The CUDA-core product's shared-memory operand reads per output, 1/m + 1/n, weigh this
 # much against its multiply-adds (fit: 32x128 ran 3% slower than 64x64, both 4 warps and
@@ -304,6 +319,13 @@ class GpuCostPolicy(CostPolicy):
             threads = resident * 32.0 * s.get("warps", 4.0)
             memory *= 1.0 + w["occupancy_loss"] * max(0.0, 1.0 - threads / max(
                 w["occupancy_threads"], 1.0))
+            t_program = (s["bytes"] - s.get("shared_bytes", 0.0)) * frac / programs / max(
+                bw / sms, 1e-30)
+            chain = s.get("reductions", 0.0) * w["reduction_latency_s"]
+            if t_program > 0.0 and chain > 0.0:
+                # Fewer programs than SMs: each SM runs at most one, T + L in all.
+                alongside = min(resident, programs / sms)
+                memory *= max(1.0, (t_program + chain) / (alongside * t_program))
             if resident == 1.0:
                 exposed = rounds * sms * core / programs
         longest = s.get("trips_longest", trips)

@@ -165,6 +165,7 @@ class Work:
     that no loop of the program sweeps along (`short_run`)."""
     vector_ops: float = 0.0   # elementwise results (and reduction steps), element by element
     special_ops: float = 0.0  # of which transcendental functions (exp, log, sqrt, ...)
+    reductions: int = 0       # reduce ops one program runs (each across its warps)
 
 
 # Elementwise ops that run on the special-function units (or libdevice's sequences of them).
@@ -247,6 +248,8 @@ def _count(region: Region, mult: float, work: Work, keys: DotKeys,
 def _count_ops(body: list[Op], mult: float, work: Work, keys: DotKeys,
                counts: TripMap, loops: frozenset[Value] = frozenset()) -> None:
     for op in body:
+        if isinstance(op, ops.Reduce):
+            work.reductions += 1
         if has_trait(op, ELEMENTWISE) and op.results and isinstance(op.results[0].type,
                                                                      TileType):
             # CUDA-core work, over the logical elements (a reduction's steps are its

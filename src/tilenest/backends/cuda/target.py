@@ -415,6 +415,8 @@ class CudaTargetInfo(LaunchAdmission):
                 tail["fast_math"] = float(self.allow_fast_math)
             for run, moved in w.short_runs.items():
                 tail[f"run{run}_bytes"] = moved
+            if w.reductions:
+                tail["reductions"] = float(w.reductions)
             tail["mmas"] = float(len(tiles))
             for j, t in enumerate(tiles):
                 tail[f"mma{j}_m"], tail[f"mma{j}_n"] = float(t.m), float(t.n)
