@@ -212,3 +212,46 @@ def test_plain_call_of_the_f32_norms_picks_one_row_and_sixteen_warps() -> None:
         args = (x, w, w) if example == "layernorm" else (x, w)
         ck = kern.compile(*args, torch.empty_like(x), target="cuda")
         assert ck.constants["ROWS"] == 1 and ck.executable.plan.num_warps == 16, example
+
+
+# ------------------------------------------------------------------ v10: reductions' chain
+
+LAYERNORM = EXAMPLES["layernorm"].kernel
+
+
+def _layernorm(rows: int, warps: int) -> float:
+    x = torch.empty(16384, 4096, dtype=torch.float16)
+    w = torch.empty(4096, dtype=torch.float16)
+    fn = LAYERNORM.ir(x, w, w, torch.empty_like(x), ROWS=rows)
+    return _selected(fn, CudaPlan(num_warps=warps)).cost.total
+
+
+def test_reducing_row_programs_rank_as_the_h200_sweep() -> None:
+    """session19-run2 (layernorm f16 16384x4096, compiled residency): ROWS1 w4 0.0796 ms and
+    ROWS2 w4 0.0747 below ROWS2 w8 0.0948 / w16 0.0958 and ROWS4 w16 0.1176."""
+    slow = min(_layernorm(2, 8), _layernorm(2, 16), _layernorm(4, 16))
+    assert max(_layernorm(1, 4), _layernorm(2, 4)) < slow
+    assert _layernorm(4, 16) > _layernorm(2, 16)  # one resident program: the chain exposed
+
+
+def _phase(**over: float) -> dict[str, float]:
+    s = {"phase": 0.0, "programs": 8192.0, "sms": 132.0, "warps": 8.0, "cc_major": 9.0,
+         "trips": 0.0, "trips_longest": 0.0, "stages": 1.0, "bytes": 8192 * 32768.0,
+         "shared_bytes": 0.0, "dram_fraction": 1.0, "resident": 2.0, "mmas": 0.0}
+    s.update(over)
+    return s
+
+
+def test_the_chain_term_needs_a_reduction_and_shrinks_with_residency() -> None:
+    cost = GpuCostPolicy()
+    plain = cost.phase(_phase())["memory"]
+    reducing = cost.phase(_phase(reductions=2.0))["memory"]
+    assert reducing > plain  # T 1.0 us, L 2 us, 2 resident: (1 + 2) / 2 = 1.5x
+    assert reducing == pytest.approx(plain * 1.5, rel=0.05)
+    assert cost.phase(_phase(reductions=2.0, resident=4.0))["memory"] == pytest.approx(
+        cost.phase(_phase(resident=4.0))["memory"])  # 4 resident: (1 + 2) / 4 < 1
+    # Fewer programs than SMs: each SM runs one at most, T + L whatever the residency.
+    few = cost.phase(_phase(reductions=2.0, programs=66.0, bytes=66 * 32768.0,
+                            resident=4.0))["memory"]
+    assert few == pytest.approx(cost.phase(_phase(programs=66.0, bytes=66 * 32768.0,
+                                                  resident=4.0))["memory"] * 6.0, rel=0.1)
