@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from math import ceil, prod
 
 from tilenest.analysis.trips import Trips, is_dynamic, trip_counts
+from tilenest.analysis.uses import UseInfo
 from tilenest.ir import ops
 from tilenest.ir.core import Function, Op, Value
 from tilenest.ir.ops_shape import SHAPE_OPS
@@ -81,8 +82,9 @@ class ExecutionWork:
 
 class _Counter:
     def __init__(self, kind: str, width: int, inner_root_extent: int,
-                 trips: dict[ops.RegionOp, Trips]) -> None:
+                 trips: dict[ops.RegionOp, Trips], uses: UseInfo | None = None) -> None:
         self.kind = kind
+        self.uses = uses  # who reads each value (a value read twice is materialized)
         self.trips = trips  # the dynamic regions' expected trips
         self.width = width
         self.inner_root_extent = inner_root_extent
@@ -303,6 +305,11 @@ def _walk(body: list[Op], rep: float, c: _Counter, slopes: _Slopes, inner_axis: 
             t = op.result.type
             if isinstance(t, TileType):
                 c.arith += c.vec(t.shape) * rep
+                if c.uses is not None and ops.has_trait(op, ops.ELEMENTWISE) and \
+                        len(c.uses.users(op.result)) > 1:
+                    # Computed once and read by several consumers: held in the program's
+                    # storage beside its loaded tiles (a norm's centered row).
+                    c.tile_bytes += t.size * max(4, t.dtype.itemsize)
 
 
 def extract_work(fn: Function, root_axis_order: tuple[int, ...] | None, distribution: str,
@@ -323,7 +330,8 @@ def extract_work(fn: Function, root_axis_order: tuple[int, ...] | None, distribu
         inner_axis = order[-1] if order else 0
         programs = prod(extents)
         per_lane = distribution == PROGRAM_PER_LANE
-        c = _Counter(distribution, packet_width, extents[inner_axis] if extents else 1, trips)
+        c = _Counter(distribution, packet_width, extents[inner_axis] if extents else 1, trips,
+                     UseInfo.of(fn))
         _walk(op.body.ops, 1, c, _Slopes(op), inner_axis)
         packets = -(-programs // packet_width) if per_lane else programs
         lanes = packet_width if per_lane else 1

@@ -21,7 +21,7 @@ from tilenest.errors import TuneError
 
 # Cost-model versions per target: bump when a backend's cost model changes what it ranks
 # (the backends export none of their own). A target missing here keys as "unversioned".
-COST_MODEL_VERSIONS: dict[str, str] = {"cpu": "7", "cuda": "10"}
+COST_MODEL_VERSIONS: dict[str, str] = {"cpu": "8", "cuda": "10"}
 
 
 @dataclass(frozen=True)
