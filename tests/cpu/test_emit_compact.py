@@ -11,30 +11,13 @@ import re
 import numpy as np
 import pytest
 from llvmlite import ir
+from tests.cpu.test_cpu_reductions import assert_bitwise, sum_first_axis, sum_region
 
 import tilenest as tn
 from tilenest.backends.cpu.emitter import UNROLLED_UNIFORM_ELEMENTS, Emitter
 from tilenest.backends.cpu.lower import lower_function
 from tilenest.backends.cpu.partials import CHEAP_COMBINES
 from tilenest.backends.cpu.plan import CpuPlan
-
-
-def assert_bitwise(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    assert got.tobytes() == want.tobytes(), f"{what}:\n got  {got!r}\n want {want!r}"
-
-
-@tn.kernel
-def sum_region(X, I, S, *, BC=2):
-    """A reduce region whose closed state starts from a loaded init."""
-    N, C = X.shape
-    g = tn.axis("g", tn.cdiv(C, BC))
-    c = tn.axis("c", BC)
-    for p in tn.parallel(g):
-        c0 = p.index() * BC
-        s = I.tile((c0,), (c,)).load()
-        for red in p.reduce(tn.axis("k", N)):
-            s = s + X.tile((red.index(), c0), (None, c)).load()
-        S.tile((c0,), (c,)).store(s)
 
 
 def _visits(shape: tuple[int, ...], uniform: bool, lanes: int = 1, work: int = 1,
@@ -79,17 +62,6 @@ def _extremes_first_axis(X, MX, MN, *, BC=4):
         MN.tile((c0,), (c,)).store(tn.min(x, axis=n))
 
 
-@tn.kernel
-def _sum_first_axis(X, S, *, BC=4):
-    """tn.sum over the first tile axis: the partitioned path."""
-    N, C = X.shape
-    g = tn.axis("g", tn.cdiv(C, BC))
-    n, c = tn.axis("n", N), tn.axis("c", BC)
-    for p in tn.parallel(g):
-        c0 = p.index() * BC
-        S.tile((c0,), (c,)).store(tn.sum(X.tile((0, c0), (n, c)).load(), axis=n))
-
-
 def _labels(kernel, x: np.ndarray, *outs: np.ndarray) -> list[str]:
     fn = kernel.ir(x, *outs, BC=32)
     text = lower_function(fn, CpuPlan(reduction_partitions=4), 512, assume_no_alias=True,
@@ -100,7 +72,7 @@ def _labels(kernel, x: np.ndarray, *outs: np.ndarray) -> list[str]:
 def test_sum_partitions_start_by_select_max_by_branch() -> None:
     assert CHEAP_COMBINES == {"add", "mul"}
     x = np.zeros((9, 32), np.float32)
-    labels = _labels(_sum_first_axis, x, x[0])
+    labels = _labels(sum_first_axis, x, x[0])
     # One element loop per contribution, no branch to a first-contribution copy.
     assert labels and not [label for label in labels if "else" in label]
     assert [label for label in _labels(_extremes_first_axis, x, x[0], x[0])
@@ -148,6 +120,6 @@ def test_first_axis_sums_match_the_interpreter(bc: int, p: int) -> None:
     for n in (1, 2, 3, 5, 9, 17):
         x = rng.choice(np.array([0.0, -0.0, 1.0, -2.0, 3.0], np.float32), size=(n, 2 * bc))
         got, want = (np.full(2 * bc, 7.0, np.float32) for _ in range(2))
-        _sum_first_axis(x, got, target="cpu", plan=CpuPlan(reduction_partitions=p), BC=bc)
-        tn.interpret(_sum_first_axis, x, want, precision="native", BC=bc)
+        sum_first_axis(x, got, target="cpu", plan=CpuPlan(reduction_partitions=p), BC=bc)
+        tn.interpret(sum_first_axis, x, want, precision="native", BC=bc)
         assert_bitwise(got, want, f"sum, n={n} P={p} BC={bc}")

@@ -82,7 +82,7 @@ class ExecutionWork:
 
 class _Counter:
     def __init__(self, kind: str, width: int, inner_root_extent: int,
-                 trips: dict[ops.RegionOp, Trips], uses: UseInfo | None = None) -> None:
+                 trips: dict[ops.RegionOp, Trips], uses: UseInfo) -> None:
         self.kind = kind
         self.uses = uses  # who reads each value (a value read twice is materialized)
         self.trips = trips  # the dynamic regions' expected trips
@@ -305,8 +305,7 @@ def _walk(body: list[Op], rep: float, c: _Counter, slopes: _Slopes, inner_axis: 
             t = op.result.type
             if isinstance(t, TileType):
                 c.arith += c.vec(t.shape) * rep
-                if c.uses is not None and ops.has_trait(op, ops.ELEMENTWISE) and \
-                        len(c.uses.users(op.result)) > 1:
+                if ops.has_trait(op, ops.ELEMENTWISE) and len(c.uses.users(op.result)) > 1:
                     # Computed once and read by several consumers: held in the program's
                     # storage beside its loaded tiles (a norm's centered row).
                     c.tile_bytes += t.size * max(4, t.dtype.itemsize)

@@ -15,6 +15,7 @@ from tilenest.backends.cpu.lower import PhaseSpec
 from tilenest.backends.cpu.plan import CpuPlan, programs_per_packet
 from tilenest.backends.cpu.reprs import Idx
 from tilenest.backends.cpu.rules import lower_op, lower_ops
+from tilenest.backends.cpu.sites import type_bytes
 from tilenest.errors import BackendError
 from tilenest.ir import ops
 from tilenest.ir.core import Function, Op
@@ -227,21 +228,13 @@ def emit_module(fn: Function, plan: CpuPlan, vector_bits: int, *,
     return EmittedModule(module, phases, errors, facts)
 
 
-def _type_bytes(t: ir.Type) -> int:
-    if isinstance(t, ir.IntType):
-        return max(1, t.width // 8)
-    if isinstance(t, (ir.VectorType, ir.ArrayType)):
-        return t.count * _type_bytes(t.element)
-    return {ir.HalfType: 2, ir.FloatType: 4, ir.DoubleType: 8}.get(type(t), 8)
-
-
 def frame_bytes(function: ir.Function) -> int:
     """Stack bytes the allocas of `function` take (64-byte aligned each, as emitted)."""
     total = 0
     for block in function.blocks:
         for instr in block.instructions:
             if isinstance(instr, ir.AllocaInstr):
-                total += -(-_type_bytes(instr.allocated_type) // 64) * 64
+                total += -(-type_bytes(instr.allocated_type) // 64) * 64
     return total
 
 

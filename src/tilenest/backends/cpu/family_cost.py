@@ -94,6 +94,8 @@ def size_rule_streams(shape: tuple, tensor: TensorType, llc_bytes: int) -> bool:
     the tile writes at least `STREAM_MIN_RUN_BYTES` without a gap."""
     return (_tensor_bytes(tensor) > llc_bytes
             and contiguous_run_bytes(shape, tensor) >= STREAM_MIN_RUN_BYTES)
+
+
 # The ops lowered to a vecmath call; each calls the vecmath function of its own name.
 MATH_OPS = (ops.Exp, ops.Log, ops.Tanh, ops.Sigmoid)
 

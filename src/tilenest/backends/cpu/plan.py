@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tilenest.errors import BackendError
 from tilenest.ir import ops
 from tilenest.ir.core import Function, Value
+from tilenest.ir.types import TileType
 
 if TYPE_CHECKING:
     from tilenest.analysis.trips import Trips
@@ -236,7 +237,7 @@ def default_plan(fn: Function, packet_width: int, workers: int) -> CpuPlan:
     return CpuPlan(block_size=block, local_lanes=packet_width)
 
 
-def default_partitions(fn: Function, packet_width: int = 16) -> int:
+def default_partitions(fn: Function, packet_width: int) -> int:
     """The rule for `reduction_partitions` until the cost model prices it: short closed
     reductions use the default 4 partial accumulators, long ones (>= 256 contributions) four
     vectors of them, 4 x the f32 packet (64 on AVX-512, 32 on AVX2), when the partials of
@@ -271,7 +272,6 @@ _WIDE_PARTIALS_BYTES = 64 * 1024
 
 
 def _value_bytes(v: Value) -> int:
+    """Bytes of one partial of a reduction state: a tile, or a 64-bit index."""
     t = v.type
-    shape = getattr(t, "shape", ())
-    dtype = getattr(t, "dtype", t)
-    return prod(shape) * max(1, getattr(dtype, "bits", 64) // 8)
+    return t.size * t.dtype.itemsize if isinstance(t, TileType) else 8
