@@ -1,7 +1,8 @@
 """Session 19 device A/B: the plain call's pick (this tree's cost model) against the previous
 model's pick, fixed as constants and controls, per suite case whose pick changed; timed
-interleaved with CUDA events (median of rounds of back-to-back calls), outputs compared.
-Writes pick-ab.md under $OUT."""
+interleaved with CUDA events (median of rounds of back-to-back calls). Outputs are not
+compared here (the GPU tests check every plan against the reference). Writes pick-ab.md
+under $OUT."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import os
 import statistics
 import sys
 
-import torch
+from device_rows_sweep import batch_timer, filled_args  # scripts/ (run as a script)
 
-from tilenest.examples import EXAMPLES, empty_args
+from tilenest.examples import EXAMPLES
 
 # (example, shape, dtype, the previous pick: constants, controls)
 CASES = [
@@ -25,16 +26,6 @@ CASES = [
 ROUNDS, CALLS = 9, 20
 
 
-def timed(fn) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(CALLS):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / CALLS
-
-
 def main() -> int:
     out = os.environ.get("OUT", ".")
     lines = ["| case | new pick | new ms | previous pick | previous ms | new / previous |",
@@ -42,26 +33,18 @@ def main() -> int:
     for name, shape, dtype, consts, controls in CASES:
         ex = EXAMPLES[name]
         try:
-            args = [a.cuda() if hasattr(a, "cuda") else a
-                    for a in empty_args(ex, shape, dtype, lib="torch")]
+            args = filled_args(ex, shape, dtype)
         except Exception as e:  # noqa: BLE001 - a case this example cannot build
             print(name, "skipped:", e)
             continue
-        for a in args:
-            if hasattr(a, "is_floating_point") and a.is_floating_point():
-                a.normal_()
         fixed = {"SEG": shape["SEG"]} if "SEG" in shape else {}  # cumsum's segment length
         new = ex.kernel.compile(*args, target="cuda", **fixed)
         old = ex.kernel.compile(*args, target="cuda", **fixed, **consts, constraints=controls)
-        got = {}
-        for label, c in (("new", new), ("old", old)):
-            c(*args)
-            torch.cuda.synchronize()
-            got[label] = [t.clone() for t in args if hasattr(t, "clone")]
+        timer = batch_timer()
         times = {"new": [], "old": []}
         for _ in range(ROUNDS):
             for label, c in (("new", new), ("old", old)):
-                times[label].append(timed(lambda c=c, a=args: c(*a)))
+                times[label].append(timer.batch_ms(lambda _, c=c, a=args: c(*a), 1, CALLS))
         t_new, t_old = statistics.median(times["new"]), statistics.median(times["old"])
         pick = f"{dict(new.constants)} w{new.plan.num_warps} s{new.plan.num_stages}"
         prev = f"{consts} {controls}"

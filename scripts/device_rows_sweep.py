@@ -15,6 +15,7 @@ import sys
 import torch
 
 from tilenest.examples import EXAMPLES, empty_args
+from tilenest.tune.measure import CudaTimer
 
 CASES = [("layernorm", {"M": 16384, "N": 4096}, "f16"), ("rmsnorm", {"M": 16384, "N": 4096}, "f16"),
          ("softmax", {"M": 16384, "N": 4096}, "f16"), ("layernorm", {"M": 8192, "N": 8192}, "f32"),
@@ -22,14 +23,20 @@ CASES = [("layernorm", {"M": 16384, "N": 4096}, "f16"), ("rmsnorm", {"M": 16384,
 ROUNDS, CALLS = 9, 20
 
 
-def timed(fn) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(CALLS):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / CALLS
+def batch_timer() -> CudaTimer:
+    """The suites' timer for back-to-back calls (`batch_ms`: CUDA events around `CALLS`
+    calls after a warm one); no flush buffer, these calls are not flushed."""
+    return CudaTimer(flush_bytes=4)
+
+
+def filled_args(ex, shape: dict[str, int], dtype: str) -> list:
+    """The example's arguments at `shape` on the GPU, floats drawn from N(0, 1)."""
+    args = [a.cuda() if hasattr(a, "cuda") else a
+            for a in empty_args(ex, shape, dtype, lib="torch")]
+    for a in args:
+        if hasattr(a, "is_floating_point") and a.is_floating_point():
+            a.normal_()
+    return args
 
 
 def main() -> int:
@@ -37,11 +44,7 @@ def main() -> int:
     rows_out = []
     for name, shape, dtype in CASES:
         ex = EXAMPLES[name]
-        args = [a.cuda() if hasattr(a, "cuda") else a
-                for a in empty_args(ex, shape, dtype, lib="torch")]
-        for a in args:
-            if hasattr(a, "is_floating_point") and a.is_floating_point():
-                a.normal_()
+        args = filled_args(ex, shape, dtype)
         plain = ex.kernel.compile(*args, target="cuda")
         contenders = {f"plain {dict(plain.constants)} w{plain.plan.num_warps}": plain}
         for rows in (1, 2, 4, 8):
@@ -58,10 +61,11 @@ def main() -> int:
         for c in contenders.values():
             c(*args)
         torch.cuda.synchronize()
+        timer = batch_timer()
         times = {k: [] for k in contenders}
         for _ in range(ROUNDS):
             for k, c in contenders.items():
-                times[k].append(timed(lambda c=c, a=args: c(*a)))
+                times[k].append(timer.batch_ms(lambda _, c=c, a=args: c(*a), 1, CALLS))
         for k, c in contenders.items():
             info = ""
             if k != "copy":
